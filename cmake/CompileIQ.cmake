@@ -1,0 +1,568 @@
+#[=======================================================================[.rst:
+CompileIQ
+---------
+
+Mark CUDA and C++ targets whose compiler flags ``python -m compileiq_build``
+tunes, register the benchmarks that measure them, and apply tuned flags from a
+generated toolchain file.
+
+Load it with ``find_package(CompileIQ CONFIG REQUIRED)`` (pass
+``-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)``) or with
+``include(CompileIQ)`` after adding that folder to ``CMAKE_MODULE_PATH``.
+
+Commands
+^^^^^^^^
+
+.. command:: compileiq_tune
+
+  ::
+
+    compileiq_tune(<target>... [LANGUAGES <CUDA|CXX>...])
+
+  Marks targets whose compile flags are tuned, for the given languages
+  (``CUDA`` by default).
+
+.. command:: compileiq_add_benchmark
+
+  ::
+
+    compileiq_add_benchmark(<name> COMMAND <executable-target-or-program> [args...]
+                            [TARGETS <tuned-target>...]
+                            [FORMAT auto|nvbench|gbench|csv|regex|time]
+                            [REGEX <regex>] [COLUMN <csv-column>]
+                            [UNIT s|ms|us|ns] [HIGHER_IS_BETTER]
+                            [WORKDIR <dir>] [TIMEOUT <seconds>] [LABELS <label>...])
+
+  Registers a benchmark.  ``REGEX``'s first capture group is the measured
+  value: a time in ``UNIT`` or, with ``HIGHER_IS_BETTER``, a rate.
+  ``FORMAT time`` times the whole process.  Registering the same name again
+  with other arguments adds a workload; winners must hold on all of them.
+  Without ``TARGETS`` the benchmark exercises the tuned targets that its
+  executable links, directly or not.
+
+What the module writes and reads
+^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+At the end of the configure step it writes
+``<build>/compileiq/manifest.json`` (targets, benchmarks, compilers) for the
+driver.
+
+Variables read:
+
+``COMPILEIQ_FLAGS_<target>_<LANG>_<arch>`` / ``COMPILEIQ_FLAGS_<target>_<LANG>_portable``
+  Tuned flags, set by a toolchain file written by ``compileiq_build``.
+  ``<target>`` is the target name made a C identifier; ``<arch>`` is
+  ``sm_<NN>`` for CUDA (used when the target builds for exactly that one
+  architecture) and the host processor (``x86_64``) for CXX.  The portable set
+  is used otherwise.
+
+``COMPILEIQ_CANDIDATE_FLAGS`` (set by the driver in its own build trees)
+  Read each tuned target's flags from ``<build>/compileiq/candidate/<target>.<LANG>.opts``,
+  so that candidates change without re-configuring.  Tuned flags from a
+  toolchain file are not applied then: the baseline is the project's own flags.
+
+``COMPILEIQ_TUNING_ARCH`` (set by the driver)
+  Compile tuned CUDA targets to real machine code for this architecture
+  (e.g. ``90`` gives ``90-real``), so that device options are not lost to
+  just-in-time compilation of PTX.
+#]=======================================================================]
+
+include_guard(GLOBAL)
+
+if(CMAKE_VERSION VERSION_LESS 3.24)
+  message(FATAL_ERROR
+    "CompileIQ needs CMake 3.24 or newer; this is ${CMAKE_VERSION}. "
+    "Install a newer one, e.g. `python -m pip install cmake`.")
+endif()
+
+set(COMPILEIQ_VERSION "0.1.0")
+set(_COMPILEIQ_MANIFEST_SCHEMA 1)
+set(_COMPILEIQ_LANGUAGES CUDA CXX)
+set(_COMPILEIQ_FORMATS auto nvbench gbench csv regex time)
+set(_COMPILEIQ_UNITS s ms us ns)
+
+# The manifest needs every target and benchmark, so it is written once the
+# top-level directory has been processed.
+get_property(_compileiq_deferred GLOBAL PROPERTY _COMPILEIQ_DEFERRED)
+if(NOT _compileiq_deferred)
+  set_property(GLOBAL PROPERTY _COMPILEIQ_DEFERRED TRUE)
+  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _compileiq_finalize)
+endif()
+
+function(compileiq_tune)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "" "LANGUAGES")
+  if(NOT arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR
+      "compileiq_tune() needs at least one target. "
+      "Write: compileiq_tune(<target>... [LANGUAGES CUDA CXX])")
+  endif()
+  if("LANGUAGES" IN_LIST arg_KEYWORDS_MISSING_VALUES)
+    message(FATAL_ERROR
+      "compileiq_tune(): LANGUAGES needs at least one of: ${_COMPILEIQ_LANGUAGES}.")
+  endif()
+  set(languages ${arg_LANGUAGES})
+  if(NOT languages)
+    set(languages CUDA)
+  endif()
+  foreach(lang IN LISTS languages)
+    if(NOT lang IN_LIST _COMPILEIQ_LANGUAGES)
+      message(FATAL_ERROR
+        "compileiq_tune(): unknown language '${lang}'. "
+        "Write LANGUAGES with one or more of: ${_COMPILEIQ_LANGUAGES}.")
+    endif()
+  endforeach()
+  foreach(tgt IN LISTS arg_UNPARSED_ARGUMENTS)
+    if(NOT TARGET "${tgt}")
+      message(FATAL_ERROR
+        "compileiq_tune(): '${tgt}' is not a target. Call compileiq_tune() "
+        "after the add_library() or add_executable() that defines it, and check the spelling.")
+    endif()
+    get_target_property(aliased "${tgt}" ALIASED_TARGET)
+    if(aliased)
+      set(tgt "${aliased}")
+    endif()
+    get_target_property(imported "${tgt}" IMPORTED)
+    get_target_property(type "${tgt}" TYPE)
+    if(imported OR type STREQUAL "INTERFACE_LIBRARY" OR type STREQUAL "UTILITY")
+      message(FATAL_ERROR
+        "compileiq_tune(): '${tgt}' is an imported, interface or utility target and "
+        "compiles nothing. Name the library or executable that compiles the sources.")
+    endif()
+    get_target_property(old "${tgt}" COMPILEIQ_LANGUAGES)
+    if(NOT old)
+      set(old "")
+    endif()
+    set(merged ${old} ${languages})
+    list(REMOVE_DUPLICATES merged)
+    set_property(TARGET "${tgt}" PROPERTY COMPILEIQ_LANGUAGES "${merged}")
+    set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_TUNED "${tgt}")
+  endforeach()
+endfunction()
+
+function(compileiq_add_benchmark name)
+  set(options HIGHER_IS_BETTER)
+  set(one_value FORMAT REGEX COLUMN UNIT WORKDIR TIMEOUT)
+  set(multi_value COMMAND TARGETS LABELS)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "${options}" "${one_value}" "${multi_value}")
+  set(usage "Write: compileiq_add_benchmark(<name> COMMAND <executable-target> [args...] "
+            "[TARGETS <tuned-target>...] [FORMAT auto|nvbench|gbench|csv|regex|time] [REGEX <re>] "
+            "[UNIT s|ms|us|ns] [HIGHER_IS_BETTER] [WORKDIR <dir>] [TIMEOUT <s>] [LABELS ...])")
+  string(JOIN "" usage ${usage})
+  if(name MATCHES "^(COMMAND|TARGETS|FORMAT|REGEX|COLUMN|UNIT|WORKDIR|TIMEOUT|LABELS|HIGHER_IS_BETTER)$")
+    message(FATAL_ERROR "compileiq_add_benchmark(): the first argument must be the benchmark's name. ${usage}")
+  endif()
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): unknown argument(s) '${arg_UNPARSED_ARGUMENTS}'. ${usage}")
+  endif()
+  if(NOT arg_COMMAND)
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): COMMAND is missing. ${usage}")
+  endif()
+  if(NOT arg_FORMAT)
+    set(arg_FORMAT auto)
+  endif()
+  if(NOT arg_FORMAT IN_LIST _COMPILEIQ_FORMATS)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): unknown FORMAT '${arg_FORMAT}'. Use one of: ${_COMPILEIQ_FORMATS}.")
+  endif()
+  if(arg_FORMAT STREQUAL "regex" AND NOT DEFINED arg_REGEX)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): FORMAT regex needs REGEX <re> whose first capture "
+      "group is the measured value, e.g. REGEX \"time_ms: ([0-9.eE+-]+)\" UNIT ms.")
+  endif()
+  if(DEFINED arg_REGEX AND NOT arg_FORMAT MATCHES "^(regex|auto)$")
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): REGEX goes with FORMAT regex, not ${arg_FORMAT}.")
+  endif()
+  if(DEFINED arg_REGEX)
+    set(arg_FORMAT regex)
+  endif()
+  if(arg_FORMAT STREQUAL "csv" AND NOT DEFINED arg_COLUMN)
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): FORMAT csv needs COLUMN <name of the measured column>.")
+  endif()
+  if(DEFINED arg_UNIT AND NOT arg_UNIT IN_LIST _COMPILEIQ_UNITS)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): unknown UNIT '${arg_UNIT}'. Use one of: ${_COMPILEIQ_UNITS}; "
+      "for a rate (GFLOPS, GB/s) leave UNIT out and write HIGHER_IS_BETTER.")
+  endif()
+  if(DEFINED arg_UNIT AND arg_HIGHER_IS_BETTER)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): UNIT names a time, but HIGHER_IS_BETTER says the value is a rate. "
+      "Keep one of them.")
+  endif()
+  if(DEFINED arg_TIMEOUT AND NOT arg_TIMEOUT MATCHES "^[0-9]+(\\.[0-9]+)?$")
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): TIMEOUT must be a number of seconds, not '${arg_TIMEOUT}'.")
+  endif()
+  if(NOT DEFINED arg_UNIT)
+    set(arg_UNIT s)
+  endif()
+  if(NOT DEFINED arg_WORKDIR)
+    set(arg_WORKDIR "${CMAKE_CURRENT_BINARY_DIR}")
+  elseif(NOT IS_ABSOLUTE "${arg_WORKDIR}")
+    set(arg_WORKDIR "${CMAKE_CURRENT_BINARY_DIR}/${arg_WORKDIR}")
+  endif()
+
+  get_property(count GLOBAL PROPERTY _COMPILEIQ_BENCH_COUNT)
+  if(NOT count)
+    set(count 0)
+  endif()
+  set(prefix _COMPILEIQ_BENCH_${count})
+  math(EXPR count "${count} + 1")
+  set_property(GLOBAL PROPERTY _COMPILEIQ_BENCH_COUNT ${count})
+  set_property(GLOBAL PROPERTY ${prefix}_NAME "${name}")
+  set_property(GLOBAL PROPERTY ${prefix}_COMMAND "${arg_COMMAND}")
+  set_property(GLOBAL PROPERTY ${prefix}_TARGETS "${arg_TARGETS}")
+  set_property(GLOBAL PROPERTY ${prefix}_FORMAT "${arg_FORMAT}")
+  set_property(GLOBAL PROPERTY ${prefix}_REGEX "${arg_REGEX}")
+  set_property(GLOBAL PROPERTY ${prefix}_COLUMN "${arg_COLUMN}")
+  set_property(GLOBAL PROPERTY ${prefix}_UNIT "${arg_UNIT}")
+  set_property(GLOBAL PROPERTY ${prefix}_HIGHER "${arg_HIGHER_IS_BETTER}")
+  set_property(GLOBAL PROPERTY ${prefix}_WORKDIR "${arg_WORKDIR}")
+  set_property(GLOBAL PROPERTY ${prefix}_TIMEOUT "${arg_TIMEOUT}")
+  set_property(GLOBAL PROPERTY ${prefix}_LABELS "${arg_LABELS}")
+  set_property(GLOBAL PROPERTY ${prefix}_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+endfunction()
+
+# --- everything below runs at the end of the configure step -----------------
+
+# The CUDA architecture key of a target: sm_<NN> when it builds for exactly
+# one architecture, "portable" otherwise.
+function(_compileiq_cuda_arch_key tgt out_key out_archs)
+  get_target_property(archs "${tgt}" CUDA_ARCHITECTURES)
+  if(NOT archs OR archs STREQUAL "archs-NOTFOUND")
+    set(archs "${CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+  set(numbers "")
+  foreach(a IN LISTS archs)
+    string(REGEX REPLACE "-(real|virtual)$" "" n "${a}")
+    list(APPEND numbers "${n}")
+  endforeach()
+  list(REMOVE_DUPLICATES numbers)
+  list(LENGTH numbers count)
+  if(count EQUAL 1 AND numbers MATCHES "^[0-9]+[a-z]?$")
+    set(${out_key} "sm_${numbers}" PARENT_SCOPE)
+  else()
+    set(${out_key} "portable" PARENT_SCOPE)
+  endif()
+  set(${out_archs} "${archs}" PARENT_SCOPE)
+endfunction()
+
+function(_compileiq_host_key out_key)
+  string(TOLOWER "${CMAKE_HOST_SYSTEM_PROCESSOR}" p)
+  if(p STREQUAL "amd64")
+    set(p "x86_64")
+  elseif(p STREQUAL "arm64")
+    set(p "aarch64")
+  endif()
+  string(MAKE_C_IDENTIFIER "${p}" p)
+  set(${out_key} "${p}" PARENT_SCOPE)
+endfunction()
+
+# Flags go through generator expressions, so ',' and '>' inside a flag are escaped.
+function(_compileiq_add_flags tgt lang flags)
+  set(opts "")
+  foreach(f IN LISTS flags)
+    string(REPLACE ">" "$<ANGLE-R>" f "${f}")
+    string(REPLACE "," "$<COMMA>" f "${f}")
+    list(APPEND opts "$<$<COMPILE_LANGUAGE:${lang}>:${f}>")
+  endforeach()
+  set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${opts})
+endfunction()
+
+# In the driver's build trees each tuned target reads its flags from a file,
+# and its objects depend on that file: a new candidate rebuilds exactly them.
+function(_compileiq_use_candidate_file tgt lang id out_file)
+  set(file "${CMAKE_BINARY_DIR}/compileiq/candidate/${id}.${lang}.opts")
+  if(NOT EXISTS "${file}")
+    file(WRITE "${file}" "")
+  endif()
+  if(lang STREQUAL "CUDA")
+    set(opt "--options-file=${file}")
+  else()
+    set(opt "@${file}")
+  endif()
+  set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
+  # Only the sources of <lang> depend on <lang>'s file (by LANGUAGE, else extension).
+  get_target_property(sources "${tgt}" SOURCES)
+  set(plain "")
+  foreach(src IN LISTS sources)
+    if(src MATCHES "\\$<")
+      continue()
+    endif()
+    get_source_file_property(src_lang "${src}" TARGET_DIRECTORY "${tgt}" LANGUAGE)
+    if(NOT src_lang)
+      get_filename_component(ext "${src}" LAST_EXT)
+      string(SUBSTRING "${ext}" 1 -1 ext)
+      if(ext IN_LIST CMAKE_${lang}_SOURCE_FILE_EXTENSIONS)
+        set(src_lang "${lang}")
+      endif()
+    endif()
+    if(src_lang STREQUAL lang)
+      list(APPEND plain "${src}")
+    endif()
+  endforeach()
+  if(plain)
+    set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY OBJECT_DEPENDS "${file}")
+  endif()
+  set(${out_file} "${file}" PARENT_SCOPE)
+endfunction()
+
+# Tuned targets that <tgt> links, directly or through other targets.
+function(_compileiq_linked_tuned tgt tuned out)
+  set(seen "")
+  set(queue "${tgt}")
+  set(found "")
+  while(queue)
+    list(POP_FRONT queue cur)
+    if(cur IN_LIST seen OR NOT TARGET "${cur}")
+      continue()
+    endif()
+    list(APPEND seen "${cur}")
+    get_target_property(aliased "${cur}" ALIASED_TARGET)
+    if(aliased)
+      set(cur "${aliased}")
+    endif()
+    if(cur IN_LIST tuned)
+      list(APPEND found "${cur}")
+    endif()
+    foreach(prop LINK_LIBRARIES INTERFACE_LINK_LIBRARIES)
+      get_target_property(libs "${cur}" ${prop})
+      if(libs)
+        foreach(lib IN LISTS libs)
+          string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" lib "${lib}")
+          if(TARGET "${lib}")
+            list(APPEND queue "${lib}")
+          endif()
+        endforeach()
+      endif()
+    endforeach()
+  endwhile()
+  list(REMOVE_DUPLICATES found)
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+# string(JSON) takes JSON text for values: quote and escape a plain string.
+function(_compileiq_json_string out value)
+  string(REPLACE "\\" "\\\\" value "${value}")
+  string(REPLACE "\"" "\\\"" value "${value}")
+  string(REPLACE "\n" "\\n" value "${value}")
+  string(REPLACE "\t" "\\t" value "${value}")
+  set(${out} "\"${value}\"" PARENT_SCOPE)
+endfunction()
+
+# Sets <key> of the JSON object in variable <var> to the string <value>.
+function(_compileiq_json_put var key value)
+  _compileiq_json_string(q "${value}")
+  string(JSON json SET "${${var}}" "${key}" "${q}")
+  set(${var} "${json}" PARENT_SCOPE)
+endfunction()
+
+function(_compileiq_json_strings out)
+  set(json "[]")
+  set(i 0)
+  foreach(v IN LISTS ARGN)
+    _compileiq_json_string(q "${v}")
+    string(JSON json SET "${json}" ${i} "${q}")
+    math(EXPR i "${i} + 1")
+  endforeach()
+  set(${out} "${json}" PARENT_SCOPE)
+endfunction()
+
+function(_compileiq_finalize)
+  get_property(tuned GLOBAL PROPERTY _COMPILEIQ_TUNED)
+  list(REMOVE_DUPLICATES tuned)
+  get_property(enabled GLOBAL PROPERTY ENABLED_LANGUAGES)
+  _compileiq_host_key(host_key)
+
+  set(m "{}")
+  string(JSON m SET "${m}" schema ${_COMPILEIQ_MANIFEST_SCHEMA})
+  _compileiq_json_put(m compileiq_version "${COMPILEIQ_VERSION}")
+  _compileiq_json_put(m source_dir "${CMAKE_SOURCE_DIR}")
+  _compileiq_json_put(m binary_dir "${CMAKE_BINARY_DIR}")
+  _compileiq_json_put(m generator "${CMAKE_GENERATOR}")
+  _compileiq_json_put(m build_type "${CMAKE_BUILD_TYPE}")
+  _compileiq_json_put(m cmake_command "${CMAKE_COMMAND}")
+  _compileiq_json_put(m cmake_version "${CMAKE_VERSION}")
+  _compileiq_json_put(m make_program "${CMAKE_MAKE_PROGRAM}")
+  _compileiq_json_put(m host_key "${host_key}")
+  _compileiq_json_put(m tuning_arch "${COMPILEIQ_TUNING_ARCH}")
+  if(COMPILEIQ_CANDIDATE_FLAGS)
+    string(JSON m SET "${m}" candidate_flags true)
+  else()
+    string(JSON m SET "${m}" candidate_flags false)
+  endif()
+  get_property(multi GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
+
+  # Compilers of the enabled languages.
+  set(compilers "{}")
+  foreach(lang IN LISTS enabled)
+    if(NOT lang MATCHES "^(C|CXX|CUDA)$")
+      continue()
+    endif()
+    set(c "{}")
+    _compileiq_json_put(c id "${CMAKE_${lang}_COMPILER_ID}")
+    _compileiq_json_put(c version "${CMAKE_${lang}_COMPILER_VERSION}")
+    _compileiq_json_put(c path "${CMAKE_${lang}_COMPILER}")
+    _compileiq_json_put(c flags "${CMAKE_${lang}_FLAGS}")
+    string(TOUPPER "${CMAKE_BUILD_TYPE}" config)
+    if(config)
+      _compileiq_json_put(c config_flags "${CMAKE_${lang}_FLAGS_${config}}")
+    endif()
+    if(lang STREQUAL "CUDA")
+      _compileiq_json_put(c host_compiler "${CMAKE_CUDA_HOST_COMPILER}")
+      _compileiq_json_strings(a ${CMAKE_CUDA_ARCHITECTURES})
+      string(JSON c SET "${c}" architectures "${a}")
+    endif()
+    string(JSON compilers SET "${compilers}" ${lang} "${c}")
+  endforeach()
+  string(JSON m SET "${m}" compilers "${compilers}")
+
+  # Tuned targets: switch them to candidate files or apply tuned flags.
+  set(targets "[]")
+  set(ti 0)
+  foreach(tgt IN LISTS tuned)
+    get_target_property(langs "${tgt}" COMPILEIQ_LANGUAGES)
+    get_target_property(type "${tgt}" TYPE)
+    string(MAKE_C_IDENTIFIER "${tgt}" id)
+    get_target_property(tdir "${tgt}" SOURCE_DIR)
+    set(t "{}")
+    _compileiq_json_put(t name "${tgt}")
+    _compileiq_json_put(t id "${id}")
+    _compileiq_json_put(t type "${type}")
+    _compileiq_json_put(t source_dir "${tdir}")
+    _compileiq_json_strings(a ${langs})
+    string(JSON t SET "${t}" languages "${a}")
+    set(per_lang "{}")
+    foreach(lang IN LISTS langs)
+      if(NOT lang IN_LIST enabled)
+        message(FATAL_ERROR
+          "compileiq_tune(${tgt} LANGUAGES ${lang}): the project does not enable ${lang}. "
+          "Add it to project(... LANGUAGES ...) or enable_language(${lang}), or drop it from LANGUAGES.")
+      endif()
+      set(l "{}")
+      if(lang STREQUAL "CUDA")
+        _compileiq_cuda_arch_key("${tgt}" key archs)
+        _compileiq_json_strings(a ${archs})
+        string(JSON l SET "${l}" project_architectures "${a}")
+        if(COMPILEIQ_TUNING_ARCH)
+          set_property(TARGET "${tgt}" PROPERTY CUDA_ARCHITECTURES "${COMPILEIQ_TUNING_ARCH}-real")
+          _compileiq_cuda_arch_key("${tgt}" key archs)
+        endif()
+        _compileiq_json_strings(a ${archs})
+        string(JSON l SET "${l}" architectures "${a}")
+      else()
+        set(key "${host_key}")
+      endif()
+      _compileiq_json_put(l arch_key "${key}")
+      if(COMPILEIQ_CANDIDATE_FLAGS)
+        _compileiq_use_candidate_file("${tgt}" "${lang}" "${id}" file)
+        _compileiq_json_put(l candidate_file "${file}")
+        set(applied "")
+      else()
+        set(var "COMPILEIQ_FLAGS_${id}_${lang}_${key}")
+        if(NOT DEFINED ${var})
+          set(var "COMPILEIQ_FLAGS_${id}_${lang}_portable")
+        endif()
+        set(applied "")
+        if(DEFINED ${var})
+          set(applied "${${var}}")
+          _compileiq_add_flags("${tgt}" "${lang}" "${applied}")
+          list(JOIN applied " " shown)
+          message(STATUS "CompileIQ: ${tgt} (${lang}, ${key}) uses tuned flags: ${shown}")
+        endif()
+      endif()
+      _compileiq_json_strings(a ${applied})
+      string(JSON l SET "${l}" applied_flags "${a}")
+      string(JSON per_lang SET "${per_lang}" ${lang} "${l}")
+    endforeach()
+    string(JSON t SET "${t}" per_language "${per_lang}")
+    string(JSON targets SET "${targets}" ${ti} "${t}")
+    math(EXPR ti "${ti} + 1")
+  endforeach()
+  string(JSON m SET "${m}" targets "${targets}")
+
+  # Benchmarks, with executables resolved through generator expressions.
+  get_property(count GLOBAL PROPERTY _COMPILEIQ_BENCH_COUNT)
+  if(NOT count)
+    set(count 0)
+  endif()
+  set(benches "[]")
+  set(bi 0)
+  while(bi LESS count)
+    set(p _COMPILEIQ_BENCH_${bi})
+    foreach(field NAME COMMAND TARGETS FORMAT REGEX COLUMN UNIT HIGHER WORKDIR TIMEOUT LABELS DIR)
+      get_property(${field} GLOBAL PROPERTY ${p}_${field})
+    endforeach()
+    list(POP_FRONT COMMAND exe)
+    set(exe_target "")
+    if(TARGET "${exe}")
+      get_target_property(aliased "${exe}" ALIASED_TARGET)
+      if(aliased)
+        set(exe "${aliased}")
+      endif()
+      get_target_property(etype "${exe}" TYPE)
+      if(NOT etype STREQUAL "EXECUTABLE")
+        message(FATAL_ERROR
+          "compileiq_add_benchmark(${NAME}): COMMAND '${exe}' is a ${etype}, not an executable. "
+          "Name the add_executable() target that runs the benchmark.")
+      endif()
+      set(exe_target "${exe}")
+      set(exe_path "$<TARGET_FILE:${exe}>")
+    elseif(IS_ABSOLUTE "${exe}" OR exe MATCHES "/")
+      get_filename_component(exe_path "${exe}" ABSOLUTE BASE_DIR "${DIR}")
+    else()
+      set(exe_path "${exe}")
+    endif()
+    foreach(t IN LISTS TARGETS)
+      if(NOT t IN_LIST tuned)
+        message(FATAL_ERROR
+          "compileiq_add_benchmark(${NAME}): TARGETS names '${t}', which is not marked for tuning. "
+          "Add compileiq_tune(${t}) or remove it from TARGETS.")
+      endif()
+    endforeach()
+    if(NOT TARGETS)
+      if(exe_target)
+        _compileiq_linked_tuned("${exe_target}" "${tuned}" TARGETS)
+      endif()
+      if(NOT TARGETS)
+        message(FATAL_ERROR
+          "compileiq_add_benchmark(${NAME}): cannot tell which tuned targets this benchmark exercises. "
+          "Add TARGETS <tuned-target>... to the call.")
+      endif()
+    endif()
+    set(b "{}")
+    _compileiq_json_put(b name "${NAME}")
+    _compileiq_json_put(b executable "${exe_path}")
+    _compileiq_json_put(b executable_target "${exe_target}")
+    _compileiq_json_put(b format "${FORMAT}")
+    _compileiq_json_put(b regex "${REGEX}")
+    _compileiq_json_put(b column "${COLUMN}")
+    _compileiq_json_put(b unit "${UNIT}")
+    _compileiq_json_put(b workdir "${WORKDIR}")
+    _compileiq_json_put(b timeout "${TIMEOUT}")
+    if(HIGHER)
+      string(JSON b SET "${b}" higher_is_better true)
+    else()
+      string(JSON b SET "${b}" higher_is_better false)
+    endif()
+    _compileiq_json_strings(a ${COMMAND})
+    string(JSON b SET "${b}" args "${a}")
+    _compileiq_json_strings(a ${TARGETS})
+    string(JSON b SET "${b}" targets "${a}")
+    _compileiq_json_strings(a ${LABELS})
+    string(JSON b SET "${b}" labels "${a}")
+    string(JSON benches SET "${benches}" ${bi} "${b}")
+    math(EXPR bi "${bi} + 1")
+  endwhile()
+  string(JSON m SET "${m}" benchmarks "${benches}")
+
+  if(NOT tuned)
+    message(WARNING "CompileIQ is loaded but no target is marked with compileiq_tune(); there is nothing to tune.")
+  endif()
+  # A multi-config generator resolves executables per configuration.
+  if(multi)
+    set(manifest "${CMAKE_BINARY_DIR}/compileiq/manifest-$<CONFIG>.json")
+  else()
+    set(manifest "${CMAKE_BINARY_DIR}/compileiq/manifest.json")
+  endif()
+  file(GENERATE OUTPUT "${manifest}" CONTENT "${m}\n")
+endfunction()
