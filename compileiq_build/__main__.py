@@ -1,0 +1,3 @@
+from compileiq_build.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Command line: `python -m compileiq_build <verb> ...`.  Thin: each verb calls one module."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from compileiq_build import __version__, cmake_dir
+from compileiq_build.errors import CompileIQError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _duration(text: str) -> float:
+    """Seconds, or a number with s/m/h: 90, 90s, 30m, 2h."""
+    scale = {"s": 1, "m": 60, "h": 3600}
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in scale else text
+    try:
+        value = float(number) * scale.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m or 2h") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m compileiq_build",
+        description="Tune compiler flags of CUDA and C++ CMake targets by measuring them.")
+    p.add_argument("--version", action="version", version=f"compileiq_build {__version__}")
+    p.add_argument("--cmake-dir", action="store_true",
+                   help="print the folder holding CompileIQConfig.cmake and CompileIQ.cmake")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+
+    t = verbs.add_parser("tune", help="search, measure, validate and write the toolchain file")
+    t.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    _tune_arguments(t)
+
+    r = verbs.add_parser("report", help="summarise the stored results of a build folder")
+    r.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+
+    e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
+    e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    e.add_argument("--output", type=Path, help="where to write (default: the project's "
+                   "source folder, compileiq-toolchain.cmake)")
+
+    s = verbs.add_parser("space", help="show the flag space this machine's compilers accept")
+    s.add_argument("--language", choices=("CUDA", "CXX"), action="append",
+                   help="only this language (repeatable; default: both)")
+    s.add_argument("--allow-numerics-change", action="store_true")
+
+    verbs.add_parser("doctor", help="what is installed, which GPU, what is missing")
+
+    d = verbs.add_parser("demo", help="tune the bundled sample_project end to end")
+    d.add_argument("--workdir", type=Path,
+                   help="folder for the copy of sample_project and its builds (default: a new "
+                   "temporary folder)")
+    _tune_arguments(d, budget=6)
+    return p
+
+
+def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
+    p.add_argument("--budget", type=_positive_int, default=budget,
+                   help=f"candidate evaluations per target (default {budget})")
+    p.add_argument("--time-limit", type=_duration, help="stop searching after this long (90s, 30m, 2h)")
+    p.add_argument("--strategy", choices=("staged", "random", "exhaustive"), default="staged",
+                   help="search strategy (default staged)")
+    p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
+                   help="tune only these targets")
+    p.add_argument("--output", type=Path, help="toolchain file to write (default: "
+                   "compileiq-toolchain.cmake in the project's source folder)")
+    p.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (default: Ninja's)")
+    p.add_argument("--repeats", type=_positive_int, default=5,
+                   help="paired runs per workload and candidate (default 5)")
+    p.add_argument("--allow-numerics-change", action="store_true",
+                   help="also try options that change floating-point results (fast math, ...)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
+                        help="continue from the stored results (default)")
+    resume.add_argument("--fresh", dest="fresh", action="store_true",
+                        help="discard the stored results of this build folder and start over")
+    p.add_argument("--yes", action="store_true", help="do not ask before --fresh discards results")
+
+
+def _tune_options(args: argparse.Namespace):
+    from compileiq_build.tune import TuneOptions
+
+    return TuneOptions(
+        budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
+        targets=args.targets, output=args.output.resolve() if args.output else None,
+        jobs=args.jobs, repeats=args.repeats, allow_numerics_change=args.allow_numerics_change,
+        fresh=args.fresh, seed=args.seed)
+
+
+def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
+    from compileiq_build.store import STORE
+
+    if not args.fresh or args.yes or not (build_dir / STORE).exists():
+        return
+    if not sys.stdin.isatty():
+        raise CompileIQError("--fresh discards the stored results; add --yes to confirm.")
+    answer = input(f"Discard the stored results in {build_dir / STORE}? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CompileIQError("kept the stored results; nothing was done.")
+
+
+def _print_result(result) -> None:
+    for w in result.winners:
+        print(f"{w.target}: {w.speedup:.3f}x with {' '.join(f for fl in w.flags.values() for f in fl)}")
+    for n in result.losers:
+        print(f"{n.target}: unchanged ({n.reason})")
+    print(f"toolchain file: {result.toolchain}")
+    print(f"build with it:  cmake -S <source> -B <build> -G Ninja "
+          f"-DCMAKE_TOOLCHAIN_FILE={result.toolchain}")
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.cmake_dir:
+        print(cmake_dir())
+        return 0
+    if args.verb is None:
+        _parser().print_help()
+        return 2
+    command = "python -m compileiq_build " + shlex.join(argv)
+    if args.verb == "tune":
+        from compileiq_build.progress import Reporter
+        from compileiq_build.tune import tune
+
+        _confirm_fresh(args, args.build_dir.resolve())
+        _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
+    elif args.verb == "demo":
+        from compileiq_build.demo import demo
+        from compileiq_build.progress import Reporter
+
+        _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
+    elif args.verb == "report":
+        from compileiq_build.report import report
+
+        print(report(args.build_dir))
+    elif args.verb == "emit":
+        from compileiq_build.report import emit
+
+        print(f"toolchain file: {emit(args.build_dir, args.output)}")
+    elif args.verb == "space":
+        from compileiq_build.report import show_space
+
+        print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change))
+    elif args.verb == "doctor":
+        from compileiq_build.doctor import doctor
+
+        text, ok = doctor()
+        print(text)
+        return 0 if ok else 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args, argv)
+    except CompileIQError as exc:
+        print(f"compileiq_build: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("compileiq_build: interrupted; every finished measurement is in the store. "
+              "Run the same command again to resume.", file=sys.stderr)
+        return 130

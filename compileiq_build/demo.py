@@ -1,0 +1,54 @@
+"""`demo`: copy the bundled sample_project, configure it and tune it end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from compileiq_build import cmake_dir, environment
+from compileiq_build.errors import CompileIQError
+from compileiq_build.progress import Reporter
+from compileiq_build.project import load_project
+from compileiq_build.tune import TuneOptions, TuneResult, tune
+
+
+def sample_project_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sample_project", here.parent / "sample_project"):
+        if (candidate / "CMakeLists.txt").is_file():
+            return candidate
+    raise CompileIQError("the bundled sample_project is missing; reinstall compileiq-build")
+
+
+def demo(workdir: Path | None, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:
+    workdir = (workdir or Path(tempfile.mkdtemp(prefix="compileiq-demo-"))).resolve()
+    source = workdir / "sample_project"
+    build = workdir / "build"
+    shutil.copytree(sample_project_dir(), source, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("build*", "compileiq-toolchain.cmake"))
+    gpus = environment.detect_gpus()
+    cmake, ninja = environment.find_tool("cmake"), environment.find_tool("ninja")
+    if not cmake or not ninja:
+        raise CompileIQError("cmake and ninja are needed: python -m pip install cmake ninja")
+    cmd = [cmake, "-S", str(source), "-B", str(build), "-G", "Ninja",
+           f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCompileIQ_ROOT={cmake_dir()}"]
+    if gpus:
+        cmd.append(f"-DCMAKE_CUDA_ARCHITECTURES={gpus[0].arch}")
+    else:
+        cmd.append("-DSAMPLE_WITH_CUDA=OFF")  # nothing to run CUDA kernels on
+    reporter.phase(f"configuring {source} in {build}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if proc.returncode != 0:
+        raise CompileIQError(f"configuring the sample project failed:\n{proc.stdout[-2000:]}"
+                             f"\n{proc.stderr[-3000:]}")
+    project = load_project(build)
+    language = "CUDA" if gpus else "CXX"
+    targets = [t.name for t in project.targets if language in t.languages]
+    reporter.note(f"{'GPU ' + gpus[0].name if gpus else 'no GPU'}: tuning the {language} targets "
+                  f"{', '.join(targets)}")
+    options = dataclasses.replace(options, targets=options.targets or targets,
+                                  output=options.output or source / "compileiq-toolchain.cmake")
+    return tune(build, options, reporter, command)

@@ -1,0 +1,260 @@
+"""Stage 1: read the manifest that CompileIQ.cmake writes at configure time into a `Project`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compileiq_build.errors import CompileIQError
+
+MANIFEST = Path("compileiq") / "manifest.json"
+SCHEMA = 1
+FORMATS = ("auto", "nvbench", "gbench", "csv", "regex", "time")
+UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def c_identifier(name: str) -> str:
+    """CMake's string(MAKE_C_IDENTIFIER): the form target names take in variable names."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return f"_{ident}" if ident[:1].isdigit() else ident
+
+
+@dataclass(frozen=True)
+class Compiler:
+    language: str
+    id: str
+    version: str
+    path: str
+    flags: str = ""
+    config_flags: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    id: str  # the name made a C identifier, as in the toolchain's variable names
+    type: str
+    languages: tuple[str, ...]
+    arch_keys: dict[str, str]  # language -> sm_90 / x86_64 / portable
+    project_architectures: tuple[str, ...] = ()
+    candidate_files: dict[str, Path] = field(default_factory=dict)
+    applied_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One registration of a benchmark: with its arguments, one workload."""
+
+    name: str
+    index: int  # position among all registrations; stable for a given CMakeLists
+    executable: str
+    executable_target: str
+    args: tuple[str, ...]
+    targets: tuple[str, ...]
+    format: str
+    regex: str
+    column: str
+    unit: str
+    higher_is_better: bool
+    workdir: str
+    timeout: float | None
+    labels: tuple[str, ...]
+
+    @property
+    def workload(self) -> str:
+        """A readable, stable key: the name plus the arguments."""
+        return f"{self.name}[{shlex.join(self.args)}]" if self.args else self.name
+
+
+@dataclass(frozen=True)
+class Project:
+    source_dir: Path
+    binary_dir: Path
+    generator: str
+    build_type: str
+    cmake_command: str
+    make_program: str
+    host_key: str
+    compilers: dict[str, Compiler]
+    targets: tuple[Target, ...]
+    benchmarks: tuple[Benchmark, ...]
+    candidate_flags: bool
+    tuning_arch: str
+
+    def target(self, name: str) -> Target:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def benchmarks_for(self, target: str) -> list[Benchmark]:
+        return [b for b in self.benchmarks if target in b.targets]
+
+
+def _str(d: dict[str, Any], key: str, where: str) -> str:
+    value = d.get(key, "")
+    if not isinstance(value, str):
+        raise CompileIQError(f"{where}: '{key}' should be a string, got {value!r}")
+    return value
+
+
+def _strs(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = d.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CompileIQError(f"{where}: '{key}' should be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _obj(d: Any, where: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise CompileIQError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def load_manifest(path: Path) -> Project:
+    """Parse a manifest file; every defect becomes a CompileIQError naming the file."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompileIQError(
+            f"cannot read {path}: {exc}. Re-run the CMake configure step of this build folder."
+        ) from None
+    return parse_manifest(raw, str(path))
+
+
+def parse_manifest(raw: Any, where: str = "manifest") -> Project:
+    m = _obj(raw, where)
+    schema = m.get("schema")
+    if schema != SCHEMA:
+        raise CompileIQError(
+            f"{where} has manifest schema {schema!r}, this compileiq_build reads schema {SCHEMA}. "
+            "Re-configure the build folder with the CompileIQ module of this version "
+            "(-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir))."
+        )
+    compilers = {}
+    for lang, c in _obj(m.get("compilers", {}), f"{where}: compilers").items():
+        c = _obj(c, f"{where}: compilers.{lang}")
+        compilers[lang] = Compiler(
+            language=lang,
+            id=_str(c, "id", where),
+            version=_str(c, "version", where),
+            path=_str(c, "path", where),
+            flags=_str(c, "flags", where),
+            config_flags=_str(c, "config_flags", where),
+        )
+    targets = []
+    for i, t in enumerate(m.get("targets", [])):
+        tw = f"{where}: targets[{i}]"
+        t = _obj(t, tw)
+        per_lang = _obj(t.get("per_language", {}), tw)
+        arch_keys, files, applied = {}, {}, {}
+        project_archs: tuple[str, ...] = ()
+        for lang, info in per_lang.items():
+            info = _obj(info, f"{tw}.{lang}")
+            arch_keys[lang] = _str(info, "arch_key", tw)
+            if info.get("candidate_file"):
+                files[lang] = Path(_str(info, "candidate_file", tw))
+            applied[lang] = _strs(info, "applied_flags", tw)
+            if lang == "CUDA":
+                project_archs = _strs(info, "project_architectures", tw)
+        name = _str(t, "name", tw)
+        if not name:
+            raise CompileIQError(f"{tw}: a target without a name")
+        targets.append(
+            Target(
+                name=name,
+                id=_str(t, "id", tw) or name,
+                type=_str(t, "type", tw),
+                languages=_strs(t, "languages", tw),
+                arch_keys=arch_keys,
+                project_architectures=project_archs,
+                candidate_files=files,
+                applied_flags=applied,
+            )
+        )
+    benchmarks = []
+    for i, b in enumerate(m.get("benchmarks", [])):
+        bw = f"{where}: benchmarks[{i}]"
+        b = _obj(b, bw)
+        fmt = _str(b, "format", bw) or "auto"
+        if fmt not in FORMATS:
+            raise CompileIQError(f"{bw}: unknown format {fmt!r}")
+        unit = _str(b, "unit", bw) or "s"
+        if unit not in UNIT_SECONDS:
+            raise CompileIQError(f"{bw}: unknown unit {unit!r}")
+        timeout_text = _str(b, "timeout", bw)
+        try:
+            timeout = float(timeout_text) if timeout_text else None
+        except ValueError:
+            raise CompileIQError(f"{bw}: timeout {timeout_text!r} is not a number") from None
+        benchmarks.append(
+            Benchmark(
+                name=_str(b, "name", bw),
+                index=i,
+                executable=_str(b, "executable", bw),
+                executable_target=_str(b, "executable_target", bw),
+                args=_strs(b, "args", bw),
+                targets=_strs(b, "targets", bw),
+                format=fmt,
+                regex=_str(b, "regex", bw),
+                column=_str(b, "column", bw),
+                unit=unit,
+                higher_is_better=bool(b.get("higher_is_better", False)),
+                workdir=_str(b, "workdir", bw),
+                timeout=timeout,
+                labels=_strs(b, "labels", bw),
+            )
+        )
+    return Project(
+        source_dir=Path(_str(m, "source_dir", where)),
+        binary_dir=Path(_str(m, "binary_dir", where)),
+        generator=_str(m, "generator", where),
+        build_type=_str(m, "build_type", where),
+        cmake_command=_str(m, "cmake_command", where),
+        make_program=_str(m, "make_program", where),
+        host_key=_str(m, "host_key", where),
+        compilers=compilers,
+        targets=tuple(targets),
+        benchmarks=tuple(benchmarks),
+        candidate_flags=bool(m.get("candidate_flags", False)),
+        tuning_arch=_str(m, "tuning_arch", where),
+    )
+
+
+def load_project(build_dir: Path) -> Project:
+    """Read a user's configured build folder, with a message for each way it can be wrong."""
+    build_dir = build_dir.resolve()
+    if not build_dir.is_dir():
+        raise CompileIQError(
+            f"{build_dir} does not exist. Configure the project first: "
+            f"cmake -S <source> -B {build_dir} -G Ninja "
+            "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)"
+        )
+    if not (build_dir / "CMakeCache.txt").is_file():
+        raise CompileIQError(
+            f"{build_dir} is not a configured CMake build folder (no CMakeCache.txt). "
+            f"Configure it: cmake -S <source> -B {build_dir} -G Ninja"
+        )
+    manifest = build_dir / MANIFEST
+    if not manifest.is_file():
+        raise CompileIQError(
+            f"{build_dir} was configured without CompileIQ ({MANIFEST} is missing). Add "
+            "find_package(CompileIQ CONFIG REQUIRED) and compileiq_tune(...) to CMakeLists.txt, "
+            "then configure with -DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)."
+        )
+    project = load_manifest(manifest)
+    if project.generator != "Ninja":
+        raise CompileIQError(
+            f"{build_dir} uses the '{project.generator}' generator; compileiq_build builds "
+            "candidates with Ninja. Configure a build folder with -G Ninja."
+        )
+    if not project.targets:
+        raise CompileIQError(
+            "no target is marked for tuning. Add compileiq_tune(<target>) to CMakeLists.txt "
+            "and re-configure."
+        )
+    return project

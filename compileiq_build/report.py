@@ -1,0 +1,108 @@
+"""`report`, `emit` and `space`: read what is stored or probed, print or write it."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from pathlib import Path
+
+from compileiq_build.errors import CompileIQError
+from compileiq_build.project import load_project
+from compileiq_build.selection import NoWinner, Winner, decide, outcomes
+from compileiq_build.space import Prober, build_space
+from compileiq_build.store import STORE, Store, open_store
+from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
+
+
+def _open(build_dir: Path) -> Store:
+    build_dir = build_dir.resolve()
+    if not (build_dir / STORE).is_file():
+        raise CompileIQError(f"no results in {build_dir} yet ({STORE} is missing). "
+                             f"Run: python -m compileiq_build tune {build_dir}")
+    return open_store(build_dir)
+
+
+def _pairs(store: Store) -> list[tuple[str, dict[str, str]]]:
+    seen: dict[tuple[str, str], dict[str, str]] = {}
+    for row in store.evaluations():
+        seen.setdefault((row.target, repr(sorted(row.arch_keys.items()))), row.arch_keys)
+    return [(target, arch) for (target, _), arch in sorted(seen.items())]
+
+
+def decisions(store: Store) -> list[Winner | NoWinner]:
+    return [decide(store, target, arch) for target, arch in _pairs(store)]
+
+
+def report(build_dir: Path) -> str:
+    store = _open(build_dir)
+    try:
+        lines = []
+        for target, arch in _pairs(store):
+            searched = outcomes(store, target, arch, "search")
+            verdicts: dict[str, int] = {}
+            for o in searched:
+                verdicts[o.verdict] = verdicts.get(o.verdict, 0) + 1
+            counts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+            lines.append(f"{target} ({', '.join(sorted(arch.values()))}): {len(searched)} "
+                         f"candidates measured ({counts or 'none'})")
+            decision = decide(store, target, arch)
+            if isinstance(decision, Winner):
+                lines.append(f"  winner: {decision.config_key}")
+                for g in decision.gains:
+                    e = g.estimate
+                    lines.append(f"    {g.workload}: {e.speedup:.3f}x "
+                                 f"[{1 / e.high:.3f}x, {1 / e.low if e.low > 0 else float('inf'):.3f}x]")
+            else:
+                lines.append(f"  no winner: {decision.reason}")
+        return "\n".join(lines) if lines else "the store holds no evaluations yet"
+    finally:
+        store.close()
+
+
+def emit(build_dir: Path, output: Path | None) -> Path:
+    build_dir = build_dir.resolve()
+    project = load_project(build_dir)
+    store = _open(build_dir)
+    try:
+        sessions = store.sessions()
+        if not sessions:
+            raise CompileIQError(f"no tuning session is stored in {build_dir / STORE}")
+        _, started, _, env = sessions[-1]
+        found = decisions(store)
+        strategies = sorted({r.strategy for r in store.evaluations(phase="search")})
+    finally:
+        store.close()
+    date = datetime.datetime.fromtimestamp(started, datetime.UTC).date().isoformat()
+    prov = provenance(env, project.compilers, ", ".join(strategies) or "none", date)
+    winners = [d for d in found if isinstance(d, Winner)]
+    losers = [d for d in found if isinstance(d, NoWinner)]
+    path = (output or project.source_dir / DEFAULT_NAME).resolve()
+    write(path, render(winners, losers, prov))
+    return path
+
+
+def show_space(languages: Sequence[str], allow_numerics_change: bool) -> str:
+    from compileiq_build import environment
+
+    compilers = {}
+    for lang, tool in (("CUDA", "nvcc"), ("CXX", "c++")):
+        path = environment.find_tool(tool)
+        if lang in languages and path:
+            compilers[lang] = (path, path)  # probe verdicts cached per compiler path
+    missing = [lang for lang in languages if lang not in compilers]
+    cache = Path.home() / ".cache" / "compileiq_build"
+    space = build_space([lang for lang in languages if lang in compilers], compilers,
+                        Prober(cache), allow_numerics_change)
+    lines = [f"{len(space.dimensions)} dimensions, {space.size} configurations"]
+    for d in space.dimensions:
+        values = ", ".join(d.values)
+        note = f"  ({d.note})" if d.note else ""
+        lines.append(f"  {d.key:40} stage {d.stage}  {d.template.replace('{v}', '<v>')}: {values}{note}")
+    for r in space.rejected:
+        lines.append(f"  dropped {r.flag}: {r.reason}")
+    for key in space.excluded_numerics:
+        lines.append(f"  excluded {key}: changes numerics (--allow-numerics-change)")
+    for lang in missing:
+        lines.append(f"  {lang}: no compiler found")
+    return "\n".join(lines)
+

@@ -1,0 +1,121 @@
+"""Stage 4: turn stored samples into per-workload estimates, and pick winners."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compileiq_build.stats import RatioEstimate, geometric_mean, ratio_estimate
+from compileiq_build.store import INTERRUPTED, MEASURED, EvaluationRow, Store
+
+FINALISTS = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One evaluation, summarised: valid, and its ratio to the baseline per workload."""
+
+    evaluation: EvaluationRow
+    estimates: dict[str, RatioEstimate]
+    error: str  # first failure, empty when valid
+
+    @property
+    def valid(self) -> bool:
+        return not self.error and bool(self.estimates)
+
+    @property
+    def ratio(self) -> float | None:
+        return geometric_mean([e.ratio for e in self.estimates.values()]) if self.valid else None
+
+    @property
+    def faster(self) -> bool:
+        """Faster beyond noise on every workload."""
+        return self.valid and all(e.faster for e in self.estimates.values())
+
+    @property
+    def verdict(self) -> str:
+        if not self.valid:
+            return "invalid"
+        if self.faster:
+            return "faster"
+        if any(e.slower for e in self.estimates.values()):
+            return "slower"
+        return "neutral"
+
+
+def summarize(store: Store, evaluation: EvaluationRow) -> Outcome:
+    if evaluation.status != MEASURED:
+        return Outcome(evaluation, {}, evaluation.reason or evaluation.status)
+    candidate: dict[str, dict[int, float]] = {}
+    baseline: dict[str, dict[int, float]] = {}
+    for workload, role, rep, cost, error in store.samples(evaluation.id):
+        if error:
+            if role == "candidate":
+                return Outcome(evaluation, {}, f"{workload}: {error}")
+            continue
+        (candidate if role == "candidate" else baseline).setdefault(workload, {})[rep] = cost
+    estimates = {}
+    for workload, cand in sorted(candidate.items()):
+        reps = sorted(set(cand) & set(baseline.get(workload, {})))
+        if reps:
+            estimates[workload] = ratio_estimate([cand[r] for r in reps],
+                                                 [baseline[workload][r] for r in reps])
+    return Outcome(evaluation, estimates, "" if estimates else "no paired samples")
+
+
+@dataclass(frozen=True)
+class WorkloadGain:
+    workload: str
+    estimate: RatioEstimate
+
+
+@dataclass(frozen=True)
+class Winner:
+    target: str
+    arch_keys: dict[str, str]
+    config_key: str
+    flags: dict[str, tuple[str, ...]]
+    gains: tuple[WorkloadGain, ...]
+    evaluations: int  # how many candidates were measured for this target
+
+    @property
+    def speedup(self) -> float:
+        return 1.0 / geometric_mean([g.estimate.ratio for g in self.gains])
+
+
+def finalists(outcomes: Sequence[Outcome], count: int) -> list[Outcome]:
+    """The best candidates that were faster everywhere, best first (one per configuration)."""
+    best: dict[str, Outcome] = {}
+    for o in outcomes:
+        if o.faster:
+            key = o.evaluation.config_key
+            if key not in best or (o.ratio or 1.0) < (best[key].ratio or 1.0):
+                best[key] = o
+    return sorted(best.values(), key=lambda o: o.ratio or 1.0)[:count]
+
+
+@dataclass(frozen=True)
+class NoWinner:
+    target: str
+    arch_keys: dict[str, str]
+    reason: str
+
+
+def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -> list[Outcome]:
+    return [summarize(store, r) for r in store.evaluations(target, arch_keys, phase)
+            if r.status != INTERRUPTED]
+
+
+def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoWinner:
+    """From stored data alone: the best finalist that also held up when re-measured."""
+    searched = outcomes(store, target, arch_keys, "search")
+    checks = {o.evaluation.config_key: o for o in outcomes(store, target, arch_keys, "validate")}
+    for finalist in finalists(searched, FINALISTS):
+        check = checks.get(finalist.evaluation.config_key)
+        if check is not None and check.faster:
+            row = finalist.evaluation
+            flags = {lang: tuple(f) for lang, f in row.flags.items() if f}
+            gains = tuple(WorkloadGain(w, e) for w, e in sorted(check.estimates.items()))
+            return Winner(target, arch_keys, row.config_key, flags, gains, len(searched))
+    return NoWinner(target, arch_keys,
+                    f"no candidate beat the baseline beyond noise ({len(searched)} measured)")

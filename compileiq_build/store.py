@@ -1,0 +1,159 @@
+"""The results store: SQLite under <build>/compileiq/, every sample committed as it lands."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from compileiq_build.errors import CompileIQError
+from compileiq_build.measure import Sample
+
+STORE = Path("compileiq") / "results.sqlite"
+SCHEMA = 1
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+  id INTEGER PRIMARY KEY, started REAL NOT NULL, command TEXT NOT NULL, environment TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluations (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  target TEXT NOT NULL, arch_keys TEXT NOT NULL, config_key TEXT NOT NULL,
+  config TEXT NOT NULL, flags TEXT NOT NULL, strategy TEXT NOT NULL, phase TEXT NOT NULL,
+  started REAL NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+  build_seconds REAL);
+CREATE TABLE IF NOT EXISTS samples (
+  id INTEGER PRIMARY KEY,
+  evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
+  workload TEXT NOT NULL, role TEXT NOT NULL, rep INTEGER NOT NULL,
+  value REAL, cost REAL, wall_s REAL NOT NULL, exit_code INTEGER, error TEXT NOT NULL,
+  created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
+"""
+
+# Evaluation status values.
+RUNNING, MEASURED, BUILD_FAILED, INVALID, INTERRUPTED = (
+    "running", "measured", "build_failed", "invalid", "interrupted")
+
+
+@dataclass(frozen=True)
+class EvaluationRow:
+    id: int
+    target: str
+    arch_keys: dict[str, str]  # language -> sm_90 / x86_64
+    config_key: str
+    config: dict[str, str]
+    flags: dict[str, list[str]]
+    strategy: str
+    phase: str
+    status: str
+    reason: str
+    build_seconds: float | None
+
+
+def arch_json(arch_keys: Mapping[str, str]) -> str:
+    return json.dumps(dict(arch_keys), sort_keys=True)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_DDL)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            elif row[0] != str(SCHEMA):
+                raise CompileIQError(
+                    f"{path} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
+                    "Use the compileiq_build version that wrote it, or move the file away.")
+        except sqlite3.DatabaseError as exc:
+            raise CompileIQError(
+                f"the results store {path} is damaged ({exc}). It was left untouched: move it "
+                "away (it may still be read with sqlite3) and run tune again.") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def start_session(self, command: str, environment: Mapping[str, object]) -> int:
+        with self._tx() as db:
+            # An evaluation left 'running' by a killed tune is marked; its samples stay.
+            db.execute("UPDATE evaluations SET status=? WHERE status=?", (INTERRUPTED, RUNNING))
+            cur = db.execute("INSERT INTO sessions (started, command, environment) VALUES (?,?,?)",
+                             (time.time(), command, json.dumps(environment, sort_keys=True)))
+        return int(cur.lastrowid)
+
+    def begin_evaluation(self, session: int, target: str, arch_keys: Mapping[str, str],
+                         config_key: str,
+                         config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
+                         strategy: str, phase: str) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO evaluations (session_id, target, arch_keys, config_key, config, flags,"
+                " strategy, phase, started, status) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (session, target, arch_json(arch_keys), config_key,
+                 json.dumps(dict(config), sort_keys=True),
+                 json.dumps({k: list(v) for k, v in flags.items()}, sort_keys=True),
+                 strategy, phase, time.time(), RUNNING))
+        return int(cur.lastrowid)
+
+    def finish_evaluation(self, evaluation: int, status: str, reason: str = "",
+                          build_seconds: float | None = None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE evaluations SET status=?, reason=?, build_seconds=COALESCE(?, build_seconds)"
+                       " WHERE id=?", (status, reason, build_seconds, evaluation))
+
+    def add_sample(self, evaluation: int, role: str, rep: int, sample: Sample) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO samples (evaluation_id, workload, role, rep, value, cost, wall_s,"
+                " exit_code, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (evaluation, sample.workload, role, rep, sample.value, sample.cost, sample.wall_s,
+                 sample.exit_code, sample.error, time.time()))
+
+    def evaluations(self, target: str | None = None, arch_keys: Mapping[str, str] | None = None,
+                    phase: str | None = None) -> list[EvaluationRow]:
+        query = ("SELECT id, target, arch_keys, config_key, config, flags, strategy, phase, status,"
+                 " reason, build_seconds FROM evaluations WHERE 1=1")
+        args: list[object] = []
+        arch = arch_json(arch_keys) if arch_keys is not None else None
+        for column, value in (("target", target), ("arch_keys", arch), ("phase", phase)):
+            if value is not None:
+                query += f" AND {column}=?"
+                args.append(value)
+        rows = self.db.execute(query + " ORDER BY id", args).fetchall()
+        return [EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6],
+                              r[7], r[8], r[9], r[10]) for r in rows]
+
+    def samples(self, evaluation: int) -> list[tuple[str, str, int, float | None, str]]:
+        """(workload, role, rep, cost, error) in the order they were taken."""
+        return self.db.execute(
+            "SELECT workload, role, rep, cost, error FROM samples WHERE evaluation_id=? ORDER BY id",
+            (evaluation,)).fetchall()
+
+    def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:
+        rows = self.db.execute("SELECT id, started, command, environment FROM sessions ORDER BY id")
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+
+def open_store(build_dir: Path) -> Store:
+    return Store(build_dir / STORE)

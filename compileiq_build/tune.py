@@ -1,0 +1,228 @@
+"""The tuning loop: baseline, search, validation, toolchain file.
+
+project -> space -> search <-> evaluate -> select -> toolchain; every sample
+goes to the store the moment it is taken, so a killed run loses at most the
+sample in flight and the next run resumes from the store.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from compileiq_build import environment
+from compileiq_build.build import BuildTree
+from compileiq_build.errors import CompileIQError
+from compileiq_build.evaluate import Evaluator
+from compileiq_build.progress import Reporter
+from compileiq_build.project import Benchmark, Project, Target, load_project
+from compileiq_build.search import Trial, config_key, make_strategy
+from compileiq_build.selection import (
+    FINALISTS,
+    NoWinner,
+    Winner,
+    decide,
+    finalists,
+    outcomes,
+)
+from compileiq_build.space import FlagSpace, Prober, build_space
+from compileiq_build.store import Store, open_store
+from compileiq_build.toolchain import DEFAULT_NAME, Provenance, provenance, render, write
+
+
+@dataclass
+class TuneOptions:
+    budget: int = 20  # candidate evaluations per target
+    time_limit: float | None = None  # seconds for the whole run
+    strategy: str = "staged"
+    targets: Sequence[str] = ()
+    output: Path | None = None
+    jobs: int | None = None
+    repeats: int = 5  # paired runs per workload and candidate
+    allow_numerics_change: bool = False
+    max_stage: int = 3
+    fresh: bool = False
+    seed: int = 0
+
+
+@dataclass
+class TuneResult:
+    winners: list[Winner] = field(default_factory=list)
+    losers: list[NoWinner] = field(default_factory=list)
+    toolchain: Path | None = None
+    evaluations: int = 0
+
+
+def select_targets(project: Project, names: Sequence[str], has_gpu: bool) -> list[Target]:
+    known = [t.name for t in project.targets]
+    for name in names:
+        if name not in known:
+            raise CompileIQError(f"--targets names '{name}', which is not tuned in this build. "
+                                 f"Tuned targets: {', '.join(known)}.")
+    chosen = [t for t in project.targets if not names or t.name in names]
+    cuda = [t.name for t in chosen if "CUDA" in t.languages]
+    if cuda and not has_gpu:
+        others = [t.name for t in chosen if "CUDA" not in t.languages]
+        hint = f" To tune the C++ targets alone: --targets {' '.join(others)}." if others else ""
+        raise CompileIQError(
+            f"tuning CUDA targets ({', '.join(cuda)}) needs an NVIDIA GPU, and nvidia-smi finds "
+            f"none here.{hint}")
+    for t in chosen:
+        if not project.benchmarks_for(t.name):
+            raise CompileIQError(
+                f"no benchmark exercises '{t.name}'. Register one: compileiq_add_benchmark(<name> "
+                f"COMMAND <executable> ... TARGETS {t.name}).")
+    return chosen
+
+
+def _check_benchmarks(project: Project, benches: Sequence[Benchmark]) -> None:
+    from compileiq_build.measure import SUPPORTED_FORMATS
+
+    for b in benches:
+        fmt = "regex" if b.format == "auto" and b.regex else b.format
+        if fmt not in SUPPORTED_FORMATS:
+            raise CompileIQError(
+                f"benchmark '{b.workload}' uses FORMAT {b.format}, which this version does not read "
+                "yet. Use FORMAT regex with REGEX and UNIT (or HIGHER_IS_BETTER), or FORMAT time.")
+
+
+class Tuner:
+    def __init__(self, build_dir: Path, options: TuneOptions, reporter: Reporter) -> None:
+        self.build_dir = build_dir.resolve()
+        self.options = options
+        self.report = reporter
+        self.project = load_project(self.build_dir)
+        self.gpus = environment.detect_gpus()
+        self.work = self.build_dir / "compileiq" / "work"
+        self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def run(self, command: str) -> TuneResult:
+        targets = select_targets(self.project, self.options.targets, bool(self.gpus))
+        for t in targets:
+            _check_benchmarks(self.project, self.project.benchmarks_for(t.name))
+        lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise CompileIQError(f"another `tune` is running on {self.build_dir}; wait for it, "
+                                 "or stop it first.") from None
+        try:
+            if self.options.fresh:
+                (self.build_dir / "compileiq" / "results.sqlite").unlink(missing_ok=True)
+                for suffix in ("-wal", "-shm"):
+                    (self.build_dir / "compileiq" / f"results.sqlite{suffix}").unlink(missing_ok=True)
+            store = open_store(self.build_dir)
+            try:
+                return self._run(targets, store, command)
+            finally:
+                store.close()
+        finally:
+            lock.release()
+
+    def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
+        arch = self.gpus[0].arch if self.gpus and any("CUDA" in t.languages for t in targets) else ""
+        session = store.start_session(command, environment.describe(self.gpus))
+        self.report.phase("configuring the tuning build trees")
+        baseline_tree = BuildTree(self.project, self.work / "baseline")
+        candidate_tree = BuildTree(self.project, self.work / "candidate")
+        for tree in (baseline_tree, candidate_tree):
+            tree.configure(arch)
+            tree.write_flags({})
+        tree_project = candidate_tree.project
+        result = TuneResult()
+        for target in targets:
+            evaluator = Evaluator(
+                target=tree_project.target(target.name),
+                benchmarks=tree_project.benchmarks_for(target.name),
+                baseline_tree=baseline_tree, candidate_tree=candidate_tree,
+                store=store, session=session, repeats=self.options.repeats,
+                jobs=self.options.jobs, report=self.report)
+            evaluator.prepare_baseline()
+            space = self._space(target, tree_project)
+            self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
+                             f"{space.size} configurations; strategy {self.options.strategy}")
+            self._search(evaluator, space)
+            result.evaluations += len(store.evaluations(target.name, evaluator.arch_keys, "search"))
+            decision = self._validate(evaluator, store)
+            if isinstance(decision, Winner):
+                result.winners.append(decision)
+                self.report.note(f"{target.name}: winner {decision.config_key} "
+                                 f"({decision.speedup:.3f}x)")
+            else:
+                result.losers.append(decision)
+                self.report.note(f"{target.name}: {decision.reason}; it keeps the project's flags")
+        baseline_tree.write_flags({})
+        candidate_tree.write_flags({})
+        output = self.options.output or (self.project.source_dir / DEFAULT_NAME)
+        write(output, render(result.winners, result.losers, self._provenance()))
+        result.toolchain = output
+        return result
+
+    def _space(self, target: Target, tree_project: Project) -> FlagSpace:
+        compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
+        extra = {"CUDA": [f"-arch=sm_{self.gpus[0].arch}"] if self.gpus else []}
+        prober = Prober(self.build_dir / "compileiq" / "probe", extra)
+        space = build_space(target.languages, compilers, prober,
+                            self.options.allow_numerics_change, self.options.max_stage)
+        for r in space.rejected:
+            self.report.note(f"dropped {r.flag}: {r.reason}")
+        return space
+
+    def _trials(self, store: Store, evaluator: Evaluator) -> list[Trial]:
+        return [Trial(o.evaluation.config, o.ratio, o.faster)
+                for o in outcomes(store, evaluator.target.name, evaluator.arch_keys, "search")]
+
+    def _search(self, evaluator: Evaluator, space: FlagSpace) -> None:
+        strategy = make_strategy(self.options.strategy, self.options.seed)
+        store = evaluator.store
+        while True:
+            trials = self._trials(store, evaluator)
+            if len(trials) >= self.options.budget:
+                self.report.note(f"{evaluator.target.name}: budget of {self.options.budget} "
+                                 "evaluations reached")
+                return
+            if self.out_of_time():
+                self.report.note("time limit reached")
+                return
+            config = strategy.propose(space, trials)
+            if config is None:
+                self.report.note(f"{evaluator.target.name}: strategy {strategy.name} has "
+                                 "nothing more to try")
+                return
+            self.report.progress(evaluator.target.name, len(trials), self.options.budget,
+                                 config_key(config))
+            outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search")
+            self.report.outcome(evaluator.target.name, outcome)
+
+    def _validate(self, evaluator: Evaluator, store: Store) -> Winner | NoWinner:
+        """Re-measure the best few with twice the runs: a best-of-N pick is biased low."""
+        name, arch = evaluator.target.name, evaluator.arch_keys
+        validated = {o.evaluation.config_key for o in outcomes(store, name, arch, "validate")}
+        for finalist in finalists(outcomes(store, name, arch, "search"), FINALISTS):
+            row = finalist.evaluation
+            if row.config_key in validated:
+                continue
+            self.report.phase(f"validating {name}: {row.config_key}")
+            check = evaluator.evaluate(row.config, {k: tuple(v) for k, v in row.flags.items()},
+                                       row.strategy, "validate", repeats=2 * self.options.repeats)
+            if check.faster:
+                break
+            self.report.note(f"{name}: {row.config_key} did not hold up when re-measured")
+        return decide(store, name, arch)
+
+    def _provenance(self) -> Provenance:
+        date = datetime.datetime.now(datetime.UTC).date().isoformat()
+        return provenance(environment.describe(self.gpus), self.project.compilers,
+                          self.options.strategy, date)
+
+
+def tune(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:
+    return Tuner(build_dir, options, reporter).run(command)
