@@ -7,8 +7,9 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 
-_GPU_FIELDS = ("name", "uuid", "driver_version", "compute_cap", "clocks.sm", "clocks.mem",
-               "temperature.gpu", "clocks_throttle_reasons.active")
+_GPU_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap")
+# State read with every session; names differ between drivers, so each is optional.
+_STATE_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "clocks_event_reasons.active")
 
 
 @dataclass(frozen=True)
@@ -33,24 +34,31 @@ class Gpu:
         return f"sm_{self.arch}"
 
 
+def _query(smi: str, fields: tuple[str, ...]) -> list[list[str]] | None:
+    try:
+        proc = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    rows = [[p.strip() for p in line.split(",")] for line in proc.stdout.strip().splitlines()]
+    return [r for r in rows if len(r) == len(fields)]
+
+
 def detect_gpus() -> list[Gpu]:
     """GPUs that nvidia-smi sees; empty where there is none (or no driver)."""
     smi = shutil.which("nvidia-smi")
-    if not smi:
+    rows = _query(smi, _GPU_FIELDS) if smi else None
+    if not smi or not rows:
         return []
-    try:
-        proc = subprocess.run(
-            [smi, f"--query-gpu=index,{','.join(_GPU_FIELDS)}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if proc.returncode != 0:
-        return []
+    state = _query(smi, _STATE_FIELDS) or []
     gpus = []
-    for line in proc.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == len(_GPU_FIELDS) + 1 and parts[0].isdigit():
-            gpus.append(Gpu(int(parts[0]), *parts[1:]))
+    for i, row in enumerate(rows):
+        if not row[0].isdigit():
+            continue
+        extra = state[i] if i < len(state) else [""] * len(_STATE_FIELDS)
+        gpus.append(Gpu(int(row[0]), *row[1:], *extra))
     return gpus
 
 

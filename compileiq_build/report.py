@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
 from compileiq_build.selection import NoWinner, Winner, decide, outcomes
 from compileiq_build.space import Prober, build_space
+from compileiq_build.stats import relative_spread
 from compileiq_build.store import STORE, Store, open_store
 from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
 
@@ -33,7 +35,24 @@ def decisions(store: Store) -> list[Winner | NoWinner]:
     return [decide(store, target, arch) for target, arch in _pairs(store)]
 
 
+def _values(store: Store, evaluation: int) -> dict[tuple[str, str], list[float]]:
+    out: dict[tuple[str, str], list[float]] = {}
+    for workload, role, value in store.values(evaluation):
+        out.setdefault((workload, role), []).append(value)
+    return out
+
+
+def _describe(values: list[float] | None, rate: bool) -> str:
+    """Median as the benchmark measured it, with its relative spread (MAD/median)."""
+    if not values:
+        return "n/a"
+    med = statistics.median(values)
+    shown = f"{med:.6g}" if rate else f"{1e3 * med:.6g} ms"
+    return f"{shown} (spread {100 * relative_spread(values):.2f}%, n={len(values)})"
+
+
 def report(build_dir: Path) -> str:
+    rates = {b.workload for b in load_project(build_dir.resolve()).benchmarks if b.higher_is_better}
     store = _open(build_dir)
     try:
         lines = []
@@ -48,10 +67,17 @@ def report(build_dir: Path) -> str:
             decision = decide(store, target, arch)
             if isinstance(decision, Winner):
                 lines.append(f"  winner: {decision.config_key}")
+                lines.append(f"  flags:  {' '.join(f for fl in decision.flags.values() for f in fl)}")
+                check = next(o for o in outcomes(store, target, arch, "validate")
+                             if o.evaluation.config_key == decision.config_key)
+                values = _values(store, check.evaluation.id)
                 for g in decision.gains:
                     e = g.estimate
+                    base, cand = values.get((g.workload, "baseline")), values.get((g.workload, "candidate"))
+                    rate = g.workload in rates
                     lines.append(f"    {g.workload}: {e.speedup:.3f}x "
-                                 f"[{1 / e.high:.3f}x, {1 / e.low if e.low > 0 else float('inf'):.3f}x]")
+                                 f"[{1 / e.high:.3f}x, {1 / e.low if e.low > 0 else float('inf'):.3f}x]"
+                                 f"; baseline {_describe(base, rate)}, tuned {_describe(cand, rate)}")
             else:
                 lines.append(f"  no winner: {decision.reason}")
         return "\n".join(lines) if lines else "the store holds no evaluations yet"

@@ -17,12 +17,13 @@ from typing import Protocol
 from compileiq_build.space import DEFAULT, FlagSpace
 
 Config = dict[str, str]
+BASELINE = "baseline"  # the key of the all-default configuration: the project's own flags
 
 
 def config_key(config: Mapping[str, str]) -> str:
     """Canonical text of a configuration: its non-default settings, sorted."""
     parts = sorted(f"{k}={v}" for k, v in config.items() if v != DEFAULT)
-    return " ".join(parts) if parts else "baseline"
+    return " ".join(parts) if parts else BASELINE
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class RandomSearch:
         self.seed = seed
 
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
-        seen = {config_key(_full(space, t.config)) for t in history}
+        seen = {config_key(_full(space, t.config)) for t in history} | {BASELINE}
         if len(seen) >= space.size:
             return None
         rng = random.Random(f"{self.seed}:{len(history)}")
@@ -106,7 +107,7 @@ class Exhaustive:
     name = "exhaustive"
 
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
-        seen = {config_key(_full(space, t.config)) for t in history}
+        seen = {config_key(_full(space, t.config)) for t in history} | {BASELINE}
         keys = [d.key for d in space.dimensions]
         for values in itertools.product(*((DEFAULT, *d.values) for d in space.dimensions)):
             config = dict(zip(keys, values, strict=True))

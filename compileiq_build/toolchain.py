@@ -69,9 +69,19 @@ _ENV.filters["bracket"] = bracket
 _ENV.filters["comment"] = comment
 
 
+# A CMake list splits at ';', treats '[' ']' as grouping and a '\' before ';' as an
+# escape, whatever the quoting: such a flag could not be read back as one element.
+# No compiler flag needs them.
+_UNLISTABLE = re.compile(r"[;\[\]\x00\r\n]|\\$")
+
+
 def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance) -> str:
     entries = []
     for w in sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))):
+        for flag in (f for flags in w.flags.values() for f in flags):
+            if _UNLISTABLE.search(flag):
+                raise CompileIQError(f"flag {flag!r} of {w.target} holds text (; [ ], a line break or "
+                                     "a final backslash) that a CMake list cannot hold; it is not written.")
         for lang in sorted(w.flags):
             entries.append({
                 "target": w.target, "language": lang, "arch": w.arch_keys[lang],

@@ -1,0 +1,190 @@
+"""CompileIQ.cmake on real projects: the manifest, candidate files, tuned flags, and misuse."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import compile_commands
+
+from compileiq_build.project import load_manifest
+
+
+def test_manifest_lists_targets_benchmarks_and_compilers(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    project = load_manifest(build / "compileiq" / "manifest.json")
+    assert [t.name for t in project.targets] == ["saxpy"]
+    assert project.targets[0].languages == ("CXX",)
+    assert project.compilers["CXX"].id == "GNU"
+    assert project.generator == "Ninja"
+    assert project.source_dir == cxx_project
+    (bench,) = project.benchmarks
+    assert bench.executable == str(build / "bench_saxpy")  # generator expression resolved
+    assert bench.args == ("200000", "30")
+    assert bench.targets == ("saxpy",)
+    assert (bench.format, bench.unit, bench.higher_is_better) == ("regex", "ms", False)
+    assert bench.regex == "time_ms: ([0-9.eE+-]+)"
+    assert bench.workdir == str(build)
+
+
+def test_benchmark_targets_found_through_links_when_not_given(tmp_path, configure):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text("int a() { return 1; }\n")
+    (src / "b.cpp").write_text("int a(); int b() { return a(); }\n")
+    (src / "main.cpp").write_text("int b(); int main() { return b() - 1; }\n")
+    (src / "CMakeLists.txt").write_text("""
+cmake_minimum_required(VERSION 3.24)
+project(p LANGUAGES CXX)
+find_package(CompileIQ CONFIG REQUIRED)
+add_library(a STATIC a.cpp)
+add_library(b STATIC b.cpp)
+target_link_libraries(b PUBLIC a)
+add_executable(main main.cpp)
+target_link_libraries(main PRIVATE b)
+compileiq_tune(a LANGUAGES CXX)
+compileiq_add_benchmark(run COMMAND main FORMAT time)
+""")
+    configure(src, tmp_path / "build")
+    project = load_manifest(tmp_path / "build" / "compileiq" / "manifest.json")
+    assert project.benchmarks[0].targets == ("a",)
+
+
+def test_candidate_file_rebuilds_only_the_changed_target(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build, "-DCOMPILEIQ_CANDIDATE_FLAGS=ON")
+    configure.build(build)
+    opts = build / "compileiq" / "candidate" / "saxpy.CXX.opts"
+    assert opts.is_file() and opts.read_text() == ""
+    assert f"@{opts}" in compile_commands(build)["saxpy.cpp"]
+    assert "@" not in compile_commands(build)["untouched.cpp"]
+    opts.write_text("-O2\n")
+    out = configure.build(build, "bench_saxpy").stdout
+    rebuilt = re.findall(r"Building CXX object (\S+)", out)
+    assert rebuilt == ["CMakeFiles/saxpy.dir/saxpy.cpp.o"]
+    assert "Re-running CMake" not in out
+
+
+def test_tuned_flags_reach_only_the_named_target(cxx_project, configure):
+    toolchain = cxx_project / "tc.cmake"
+    toolchain.write_text("set(COMPILEIQ_FLAGS_saxpy_CXX_x86_64 [=[-O2]=] [=[-DODD=\"a b;c\"]=])\n"
+                         "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O1]=])\n")
+    build = cxx_project / "build"
+    configure(cxx_project, build, f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    commands = compile_commands(build)
+    import platform
+
+    if platform.machine() == "x86_64":
+        assert "-O0 -O2" in commands["saxpy.cpp"]
+        assert "-O1" not in commands["saxpy.cpp"]
+    for other in ("untouched.cpp", "bench_saxpy.cpp"):
+        assert "-O2" not in commands[other] and "-O1" not in commands[other]
+
+
+CASES = {
+    "unknown_target": ("compileiq_tune(nosuch LANGUAGES CXX)",
+                       r"'nosuch' is not a target\. Call compileiq_tune\(\) after"),
+    "no_target": ("compileiq_tune()", r"needs at least one target"),
+    "unknown_language": ("compileiq_tune(lib LANGUAGES Fortran)", r"unknown language 'Fortran'"),
+    "language_not_enabled": ("compileiq_tune(lib LANGUAGES CUDA)",
+                             r"the project does not enable CUDA"),
+    "interface_target": ("add_library(iface INTERFACE)\ncompileiq_tune(iface LANGUAGES CXX)",
+                         r"imported, interface or utility target"),
+    "no_command": ("compileiq_tune(lib LANGUAGES CXX)\ncompileiq_add_benchmark(b FORMAT time)",
+                   r"compileiq_add_benchmark\(b\): COMMAND is missing\. Write: "),
+    "unknown_option": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                       "compileiq_add_benchmark(b BOGUS 1 COMMAND exe)",
+                       r"unknown argument\(s\) 'BOGUS;1'"),
+    "bad_format": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                   "compileiq_add_benchmark(b COMMAND exe FORMAT xml)", r"unknown FORMAT 'xml'"),
+    "regex_missing": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                      "compileiq_add_benchmark(b COMMAND exe FORMAT regex)",
+                      r"FORMAT regex needs REGEX"),
+    "bad_unit": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                 "compileiq_add_benchmark(b COMMAND exe REGEX \"t=(.*)\" UNIT min)",
+                 r"unknown UNIT 'min'"),
+    "unit_and_rate": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                      "compileiq_add_benchmark(b COMMAND exe REGEX \"x=(.*)\" UNIT ms HIGHER_IS_BETTER)",
+                      r"UNIT names a time, but HIGHER_IS_BETTER"),
+    "untuned_in_targets": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                           "compileiq_add_benchmark(b COMMAND exe FORMAT time TARGETS exe)",
+                           r"TARGETS names 'exe', which is not marked for tuning"),
+    "command_is_library": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                           "compileiq_add_benchmark(b COMMAND lib FORMAT time TARGETS lib)",
+                           r"COMMAND 'lib' is a STATIC_LIBRARY, not an executable"),
+    "bad_timeout": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                    "compileiq_add_benchmark(b COMMAND exe FORMAT time TIMEOUT soon)",
+                    r"TIMEOUT must be a number of seconds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_misuse_is_a_fatal_error_that_says_what_to_write(case, tmp_path, configure):
+    body, expected = CASES[case]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "lib.cpp").write_text("int f() { return 1; }\n")
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
+        "find_package(CompileIQ CONFIG REQUIRED)\nadd_library(lib STATIC lib.cpp)\n"
+        f"add_executable(exe main.cpp)\n{body}\n")
+    proc = configure(src, tmp_path / "build", check=False)
+    assert proc.returncode != 0
+    assert "CMake Error" in proc.stderr
+    assert re.search(expected, " ".join(proc.stderr.split())), proc.stderr
+
+
+def test_manifest_is_valid_json_with_hostile_arguments(tmp_path, configure):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "lib.cpp").write_text("int f() { return 1; }\n")
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text(r"""
+cmake_minimum_required(VERSION 3.24)
+project(p LANGUAGES CXX)
+find_package(CompileIQ CONFIG REQUIRED)
+add_library(lib STATIC lib.cpp)
+add_executable(exe main.cpp)
+compileiq_tune(lib LANGUAGES CXX)
+compileiq_add_benchmark(b COMMAND exe "quote\"d" "back\\slash" "tab	x" "[bracket" TARGETS lib
+                        REGEX "time: \"([0-9.]+)\\s*\\[ms\\]" UNIT ms)
+""")
+    configure(src, tmp_path / "build")
+    raw = json.loads((tmp_path / "build" / "compileiq" / "manifest.json").read_text())
+    assert raw["benchmarks"][0]["args"] == ['quote"d', "back\\slash", "tab\tx", "[bracket"]
+    assert raw["benchmarks"][0]["regex"] == 'time: "([0-9.]+)\\s*\\[ms\\]'
+
+
+def test_cuda_target_manifest_and_tuning_arch(tmp_path, configure, nvcc):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.cu").write_text("__global__ void k(float* a) { a[threadIdx.x] *= 2.0f; }\n"
+                              "void launch(float* a) { k<<<1, 32>>>(a); }\n")
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text("""
+cmake_minimum_required(VERSION 3.24)
+project(p LANGUAGES CXX CUDA)
+find_package(CompileIQ CONFIG REQUIRED)
+add_library(k STATIC k.cu)
+set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 75)
+add_executable(exe main.cpp)
+target_link_libraries(exe PRIVATE k)
+compileiq_tune(k)
+compileiq_add_benchmark(b COMMAND exe FORMAT time)
+""")
+    build = tmp_path / "build"
+    configure(src, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCOMPILEIQ_CANDIDATE_FLAGS=ON",
+              "-DCOMPILEIQ_TUNING_ARCH=90")
+    project = load_manifest(build / "compileiq" / "manifest.json")
+    target = project.targets[0]
+    assert target.languages == ("CUDA",)
+    assert target.project_architectures == ("75",)
+    assert target.arch_keys == {"CUDA": "sm_90"}
+    cmd = compile_commands(build)["k.cu"]
+    assert "code=[sm_90]" in cmd  # real machine code only: no PTX left to JIT
+    assert f"--options-file={build}/compileiq/candidate/k.CUDA.opts" in cmd
+    assert Path(target.candidate_files["CUDA"]).is_file()

@@ -1,0 +1,70 @@
+"""The package hands CMake its module folder, the way pybind11 and nanobind do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from compileiq_build import __version__, cmake_dir
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "compileiq_build", *args],
+                          capture_output=True, text=True)
+
+
+def test_cmake_dir_prints_the_folder_with_both_files():
+    proc = _cli("--cmake-dir")
+    assert proc.returncode == 0
+    folder = Path(proc.stdout.strip())
+    assert folder == cmake_dir()
+    assert (folder / "CompileIQConfig.cmake").is_file()
+    assert (folder / "CompileIQ.cmake").is_file()
+
+
+def test_version():
+    proc = _cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"compileiq_build {__version__}"
+
+
+def test_entry_points_for_scikit_build_core():
+    for group in ("cmake.module", "cmake.prefix"):
+        names = {ep.name: ep.value for ep in metadata.entry_points(group=group)}
+        assert names.get("CompileIQ") == "compileiq_build.cmake", group
+
+
+def _project(tmp_path: Path, loader: str) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "lib.cpp").write_text("int f() { return 1; }\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
+        f"{loader}\nadd_library(lib STATIC lib.cpp)\ncompileiq_tune(lib LANGUAGES CXX)\n"
+        "message(STATUS \"CompileIQ ${COMPILEIQ_VERSION}\")\n")
+    return src
+
+
+def test_find_package_with_compileiq_root(tmp_path, configure):
+    src = _project(tmp_path, "find_package(CompileIQ 0.1 CONFIG REQUIRED)")
+    proc = configure(src, tmp_path / "build")
+    assert f"CompileIQ {__version__}" in proc.stdout
+    assert (tmp_path / "build" / "compileiq" / "manifest.json").is_file()
+
+
+def test_include_with_module_path(tmp_path, cmake, ninja):
+    src = _project(tmp_path, "include(CompileIQ)")
+    proc = subprocess.run([cmake, "-S", str(src), "-B", str(tmp_path / "b"), "-G", "Ninja",
+                           f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCMAKE_MODULE_PATH={cmake_dir()}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"CompileIQ {__version__}" in proc.stdout
+
+
+def test_find_package_refuses_an_incompatible_version(tmp_path, configure):
+    src = _project(tmp_path, "find_package(CompileIQ 1.0 CONFIG REQUIRED)")
+    proc = configure(src, tmp_path / "build", check=False)
+    assert proc.returncode != 0
+    assert "CompileIQ" in proc.stderr and "version" in proc.stderr.lower()

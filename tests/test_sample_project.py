@@ -1,0 +1,66 @@
+"""The bundled sample_project: it configures with the module, builds with nvcc and g++, and tunes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, compile_commands
+
+from compileiq_build import environment
+from compileiq_build.project import load_manifest
+
+CUDA_TARGETS = ["gemm_kernels", "nbody_kernels", "stencil_kernels"]
+HOST_TARGETS = ["host_matmul", "host_blur", "host_particles"]
+
+
+def test_sample_project_builds_cuda_and_host_targets(tmp_path, configure, nvcc):
+    build = tmp_path / "build"
+    configure(ROOT / "sample_project", build, f"-DCMAKE_CUDA_COMPILER={nvcc}",
+              "-DCMAKE_CUDA_ARCHITECTURES=90")
+    configure.build(build)
+    project = load_manifest(build / "compileiq" / "manifest.json")
+    assert sorted(t.name for t in project.targets) == sorted(CUDA_TARGETS + HOST_TARGETS)
+    for t in project.targets:
+        assert t.languages == (("CUDA",) if t.name in CUDA_TARGETS else ("CXX",))
+    workloads = {b.workload for b in project.benchmarks}
+    assert {"gemm[--n 2048 --reps 50]", "gemm[--n 4096 --reps 20]"} <= workloads
+    for b in project.benchmarks:
+        assert (build / b.executable_target).is_file() and b.executable == str(build / b.executable_target)
+    commands = compile_commands(build)
+    assert "sm_90" in commands["gemm.cu"]
+    # Host benchmarks run here and check their own results.
+    for b in project.benchmarks:
+        if b.executable_target.startswith("bench_") and b.targets[0] in HOST_TARGETS:
+            proc = subprocess.run([b.executable, *b.args], capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            assert "check: ok" in proc.stdout
+
+
+def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
+    if environment.detect_gpus():
+        pytest.skip("with a GPU the demo tunes CUDA targets (see the gpu test)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "compileiq_build", "demo", "--workdir", str(tmp_path),
+         "--budget", "2", "--repeats", "3"], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    toolchain = tmp_path / "sample_project" / "compileiq-toolchain.cmake"
+    assert f"toolchain file: {toolchain}" in proc.stdout
+    text = toolchain.read_text()
+    assert "Tuned on:  CPU" in text
+    for target in HOST_TARGETS:
+        assert target in text  # each is either a winner or listed as kept
+    assert "tuning the CXX targets host_matmul, host_blur, host_particles" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_demo_tunes_the_cuda_targets_on_a_gpu(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "compileiq_build", "demo", "--workdir", str(tmp_path),
+         "--budget", "3", "--repeats", "5"], capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "sample_project" / "compileiq-toolchain.cmake").read_text()
+    assert "(sm_" in text
+    for target in CUDA_TARGETS:
+        assert target in text

@@ -1,0 +1,43 @@
+"""The flag space is probed against the compilers installed here, never assumed."""
+
+from __future__ import annotations
+
+from compileiq_build.environment import find_tool
+from compileiq_build.space import Prober, build_space
+
+
+def test_probe_keeps_accepted_flags_and_records_why_others_are_dropped(tmp_path, nvcc):
+    prober = Prober(tmp_path, {"CUDA": ["-arch=sm_90"]})
+    verdicts = prober.probe("CUDA", nvcc, "test", [
+        "--ptxas-options=-dlcm=cg", "--ptxas-options=--bogus-option",
+        "--ptxas-options=--register-usage-level=11", "-Xptxas -O1"])
+    assert verdicts["--ptxas-options=-dlcm=cg"] == ""
+    assert "bogus" in verdicts["--ptxas-options=--bogus-option"]
+    assert "out of valid range" in verdicts["--ptxas-options=--register-usage-level=11"]
+    assert "not a single shell-safe token" in verdicts["-Xptxas -O1"]
+    # Cached per compiler: a second prober answers from the file without compiling.
+    assert list(tmp_path.glob("probe-CUDA-*.json"))
+    again = Prober(tmp_path).probe("CUDA", nvcc, "test", ["--ptxas-options=-dlcm=cg"])
+    assert again["--ptxas-options=-dlcm=cg"] == ""
+
+
+def test_cxx_space_excludes_numerics_unless_allowed(tmp_path):
+    cxx = find_tool("c++")
+    assert cxx
+    safe = build_space(["CXX"], {"CXX": (cxx, "v")}, Prober(tmp_path))
+    keys = [d.key for d in safe.dimensions]
+    assert "CXX:O" in keys and "CXX:ffast-math" not in keys
+    assert "CXX:ffast-math" in safe.excluded_numerics
+    loose = build_space(["CXX"], {"CXX": (cxx, "v")}, Prober(tmp_path), allow_numerics_change=True)
+    assert "CXX:ffast-math" in [d.key for d in loose.dimensions]
+    stages = [d.stage for d in safe.dimensions]
+    assert stages == sorted(stages)
+
+
+def test_cuda_space_matches_the_installed_nvcc(tmp_path, nvcc):
+    space = build_space(["CUDA"], {"CUDA": (nvcc, "v")}, Prober(tmp_path, {"CUDA": ["-arch=sm_90"]}))
+    dims = {d.name: d for d in space.dimensions}
+    assert dims["register-usage-level"].values == tuple(str(i) for i in range(11))
+    assert {"dlcm", "maxrregcount", "ptxas-O"} <= set(dims)
+    assert all(not d.numerics for d in space.dimensions)
+    assert "-O3" not in " ".join(d.template for d in space.dimensions)  # nvcc -O is host-only
