@@ -109,6 +109,13 @@ def _strs(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = d.get(key, [])
+    if not isinstance(value, list):
+        raise CompileIQError(f"{where}: '{key}' should be a list, got {type(value).__name__}")
+    return value
+
+
 def _obj(d: Any, where: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise CompileIQError(f"{where}: expected a JSON object, got {type(d).__name__}")
@@ -147,7 +154,7 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
             config_flags=_str(c, "config_flags", where),
         )
     targets = []
-    for i, t in enumerate(m.get("targets", [])):
+    for i, t in enumerate(_list(m, "targets", where)):
         tw = f"{where}: targets[{i}]"
         t = _obj(t, tw)
         per_lang = _obj(t.get("per_language", {}), tw)
@@ -177,7 +184,7 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
             )
         )
     benchmarks = []
-    for i, b in enumerate(m.get("benchmarks", [])):
+    for i, b in enumerate(_list(m, "benchmarks", where)):
         bw = f"{where}: benchmarks[{i}]"
         b = _obj(b, bw)
         fmt = _str(b, "format", bw) or "auto"

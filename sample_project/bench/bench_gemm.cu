@@ -40,20 +40,7 @@ int main(int argc, char** argv) {
     const auto ms = bench::time_launches([&] { gemm_launch(dA, dB, dC, n, s); }, /*warmup=*/3, args.reps, s);
     CUDA_CHECK(cudaMemcpy(C.data(), dC, bytes, cudaMemcpyDeviceToHost));
 
-    // Verify 256 sampled entries against a double-precision reference.
-    const double tol = 1e-3;
-    bench::Rng pick(777);
-    for (int t = 0; t < 256; ++t) {
-        const long i = pick.index(n), j = pick.index(n);
-        double ref = 0.0;
-        for (long k = 0; k < n; ++k) ref += static_cast<double>(A[i * n + k]) * B[k * n + j];
-        const double got = C[i * n + j];
-        if (!(std::fabs(got - ref) <= tol * std::fabs(ref))) {
-            std::fprintf(stderr, "check: FAILED C[%ld][%ld] = %.9g, expected %.9g (rel. tol %g)\n", i, j, got, ref,
-                         tol);
-            return 1;
-        }
-    }
+    if (!bench::check_matmul_samples(A, B, C, n, /*tol=*/1e-3)) return 1;
 
     const double t = bench::median(ms);
     const double flops = 2.0 * n * static_cast<double>(n) * n;

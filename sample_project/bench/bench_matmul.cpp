@@ -24,19 +24,7 @@ int main(int argc, char** argv) {
 
     const auto ms = bench::time_host([&] { host_matmul(A.data(), B.data(), C.data(), n); }, args.reps);
 
-    const double tol = 1e-3;
-    bench::Rng pick(777);
-    for (int t = 0; t < 256; ++t) {
-        const long i = pick.index(n), j = pick.index(n);
-        double ref = 0.0;
-        for (long k = 0; k < n; ++k) ref += static_cast<double>(A[i * n + k]) * B[k * n + j];
-        const double got = C[i * n + j];
-        if (!(std::fabs(got - ref) <= tol * std::fabs(ref))) {
-            std::fprintf(stderr, "check: FAILED C[%ld][%ld] = %.9g, expected %.9g (rel. tol %g)\n", i, j, got, ref,
-                         tol);
-            return 1;
-        }
-    }
+    if (!bench::check_matmul_samples(A, B, C, n, /*tol=*/1e-3)) return 1;
 
     const double t = bench::median(ms);
     bench::print_timing(t, "gflops", 2.0 * n * static_cast<double>(n) * n / (t * 1e6));

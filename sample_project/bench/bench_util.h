@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <vector>
 
 namespace bench {
@@ -105,6 +106,25 @@ inline void print_timing(double time_ms, const char* rate_name, double rate) {
 inline void check_ok() {
     std::printf("check: ok\n");
     std::fflush(stdout);
+}
+
+// Checks 256 sampled entries of C = A * B (row-major n x n) against a
+// double-precision reference; prints the first mismatch and returns false.
+inline bool check_matmul_samples(const std::vector<float>& A, const std::vector<float>& B,
+                                 const std::vector<float>& C, long n, double tol) {
+    Rng pick(777);
+    for (int t = 0; t < 256; ++t) {
+        const long i = pick.index(n), j = pick.index(n);
+        double ref = 0.0;
+        for (long k = 0; k < n; ++k) ref += static_cast<double>(A[i * n + k]) * B[k * n + j];
+        const double got = C[i * n + j];
+        if (!(std::fabs(got - ref) <= tol * std::fabs(ref))) {
+            std::fprintf(stderr, "check: FAILED C[%ld][%ld] = %.9g, expected %.9g (rel. tol %g)\n", i, j, got,
+                         ref, tol);
+            return false;
+        }
+    }
+    return true;
 }
 
 }  // namespace bench

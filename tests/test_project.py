@@ -1,0 +1,56 @@
+"""The manifest reader: every malformed manifest is a CompileIQError, never a crash."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compileiq_build.errors import CompileIQError
+from compileiq_build.project import c_identifier, parse_manifest
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
+                                                                      max_size=4),
+    max_leaves=20)
+
+VALID = {
+    "schema": 1, "source_dir": "/src", "binary_dir": "/b", "generator": "Ninja",
+    "compilers": {"CXX": {"id": "GNU", "version": "12", "path": "/usr/bin/c++"}},
+    "targets": [{"name": "lib", "id": "lib", "type": "STATIC_LIBRARY", "languages": ["CXX"],
+                 "per_language": {"CXX": {"arch_key": "x86_64", "applied_flags": []}}}],
+    "benchmarks": [{"name": "b", "executable": "/b/exe", "args": ["--n", "4"], "targets": ["lib"],
+                    "format": "time", "unit": "s", "timeout": "30"}],
+}
+
+
+def test_valid_manifest():
+    p = parse_manifest(json.loads(json.dumps(VALID)))
+    assert p.targets[0].arch_keys == {"CXX": "x86_64"}
+    assert p.benchmarks[0].timeout == 30.0
+    assert p.benchmarks[0].workload == "b[--n 4]"
+
+
+@given(JSON)
+def test_any_json_is_a_project_or_a_clear_error(raw):
+    try:
+        parse_manifest(raw)
+    except CompileIQError as exc:
+        assert str(exc)
+
+
+@given(st.sampled_from(["targets", "benchmarks", "compilers"]), JSON)
+def test_hostile_sections_of_a_valid_manifest(section, value):
+    raw = json.loads(json.dumps(VALID))
+    raw[section] = value
+    try:
+        parse_manifest(raw)
+    except CompileIQError as exc:
+        assert str(exc)
+
+
+def test_c_identifier_matches_cmake():
+    assert c_identifier("my-lib.v2") == "my_lib_v2"
+    assert c_identifier("3d") == "_3d"
