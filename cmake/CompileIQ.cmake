@@ -257,6 +257,32 @@ function(_compileiq_host_key out_key)
   set(${out_key} "${p}" PARENT_SCOPE)
 endfunction()
 
+# Tuned flags come from a compiler of some version; with another one, keep
+# only the flags this compiler accepts, and say so, rather than break the build.
+function(_compileiq_check_compiler tgt lang flags_var)
+  set(now "${CMAKE_${lang}_COMPILER_ID} ${CMAKE_${lang}_COMPILER_VERSION}")
+  if(NOT DEFINED COMPILEIQ_TUNED_WITH_${lang} OR COMPILEIQ_TUNED_WITH_${lang} STREQUAL now)
+    return()
+  endif()
+  message(WARNING
+    "CompileIQ: the ${lang} flags of ${tgt} were tuned with ${COMPILEIQ_TUNED_WITH_${lang}}; "
+    "this build uses ${now}. Flags this compiler rejects are dropped; re-run "
+    "`python -m compileiq_build tune` with this compiler for flags tuned to it.")
+  include(CheckCompilerFlag)
+  set(CMAKE_REQUIRED_QUIET ON)
+  set(kept "")
+  foreach(flag IN LISTS ${flags_var})
+    string(MAKE_C_IDENTIFIER "COMPILEIQ_ACCEPTS_${lang}_${flag}" ok)
+    check_compiler_flag(${lang} "${flag}" ${ok})
+    if(${ok})
+      list(APPEND kept "${flag}")
+    else()
+      message(WARNING "CompileIQ: ${now} rejects ${flag}; it is not applied to ${tgt}.")
+    endif()
+  endforeach()
+  set(${flags_var} "${kept}" PARENT_SCOPE)
+endfunction()
+
 # Flags go through generator expressions, so ',' and '>' inside a flag are escaped.
 function(_compileiq_add_flags tgt lang flags)
   set(opts "")
@@ -471,6 +497,7 @@ function(_compileiq_finalize)
         set(applied "")
         if(DEFINED ${var})
           set(applied "${${var}}")
+          _compileiq_check_compiler("${tgt}" "${lang}" applied)
           _compileiq_add_flags("${tgt}" "${lang}" "${applied}")
           list(JOIN applied " " shown)
           message(STATUS "CompileIQ: ${tgt} (${lang}, ${key}) uses tuned flags: ${shown}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from compileiq_build import process
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import MANIFEST, Project, load_manifest
 
@@ -108,7 +109,7 @@ class BuildTree:
         cmd += list(ninja_targets)
         start = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+            proc = process.run(cmd, timeout)
         except subprocess.TimeoutExpired:
             return BuildResult(False, time.perf_counter() - start, f"build timed out after {timeout:.0f} s")
         seconds = time.perf_counter() - start

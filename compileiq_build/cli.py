@@ -51,11 +51,16 @@ def _parser() -> argparse.ArgumentParser:
 
     r = verbs.add_parser("report", help="summarise the stored results of a build folder")
     r.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    r.add_argument("--csv", type=Path, metavar="PATH", help="also export every measurement as CSV")
+    r.add_argument("--parquet", type=Path, metavar="PATH", help="also export every measurement as Parquet")
 
     e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
     e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     e.add_argument("--output", type=Path, help="where to write (default: the project's "
                    "source folder, compileiq-toolchain.cmake)")
+    e.add_argument("--merge", type=Path, nargs="+", default=[], metavar="STORE",
+                   help="results stores (results.sqlite, or the build folders holding them) of "
+                   "other machines, one per GPU architecture, to combine with this one")
 
     s = verbs.add_parser("space", help="show the flag space this machine's compilers accept")
     s.add_argument("--language", choices=("CUDA", "CXX"), action="append",
@@ -83,6 +88,8 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
     p.add_argument("--output", type=Path, help="toolchain file to write (default: "
                    "compileiq-toolchain.cmake in the project's source folder)")
     p.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (default: Ninja's)")
+    p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
+                   "(default: 20 times the baseline build, at least 5 minutes)")
     p.add_argument("--repeats", type=_positive_int, default=5,
                    help="paired runs per workload and candidate (default 5)")
     p.add_argument("--allow-numerics-change", action="store_true",
@@ -102,7 +109,8 @@ def _tune_options(args: argparse.Namespace):
     return TuneOptions(
         budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
         targets=args.targets, output=args.output.resolve() if args.output else None,
-        jobs=args.jobs, repeats=args.repeats, allow_numerics_change=args.allow_numerics_change,
+        jobs=args.jobs, build_timeout=args.build_timeout, repeats=args.repeats,
+        allow_numerics_change=args.allow_numerics_change,
         fresh=args.fresh, seed=args.seed)
 
 
@@ -148,13 +156,18 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
     elif args.verb == "report":
-        from compileiq_build.report import report
+        from compileiq_build.report import export, report
 
         print(report(args.build_dir))
+        if args.csv or args.parquet:
+            rows = export(args.build_dir, args.csv, args.parquet)
+            for path in (args.csv, args.parquet):
+                if path:
+                    print(f"{rows} measurements written to {path}")
     elif args.verb == "emit":
         from compileiq_build.report import emit
 
-        print(f"toolchain file: {emit(args.build_dir, args.output)}")
+        print(f"toolchain file: {emit(args.build_dir, args.output, args.merge)}")
     elif args.verb == "space":
         from compileiq_build.report import show_space
 

@@ -23,7 +23,7 @@ HOPELESS_PAIRS = 2
 class Evaluator:
     def __init__(self, target: Target, benchmarks: list[Benchmark], baseline_tree: BuildTree,
                  candidate_tree: BuildTree, store: Store, session: int, repeats: int,
-                 jobs: int | None, report: Reporter) -> None:
+                 jobs: int | None, report: Reporter, build_timeout: float | None = None) -> None:
         self.target = target
         self.benchmarks = benchmarks
         self.baseline_tree = baseline_tree
@@ -32,6 +32,7 @@ class Evaluator:
         self.session = session
         self.repeats = max(2, repeats)
         self.jobs = jobs
+        self.build_timeout = build_timeout
         self.report = report
         self.arch_keys = dict(target.arch_keys)
         self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
@@ -83,8 +84,9 @@ class Evaluator:
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase)
         self.candidate_tree.write_flags({self.target.name: flags})
-        built = self.candidate_tree.build(self.ninja_targets, timeout=max(300.0, 20 * self.baseline_build_s),
-                                          jobs=self.jobs)
+        # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
+        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
+        built = self.candidate_tree.build(self.ninja_targets, timeout=timeout, jobs=self.jobs)
         if not built.ok:
             self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.log), built.seconds)
             return self._outcome(evaluation)

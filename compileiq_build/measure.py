@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from compileiq_build import process
 from compileiq_build.project import UNIT_SECONDS, Benchmark
 
 SUPPORTED_FORMATS = ("regex", "time")
@@ -78,10 +79,8 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float,
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [str(executable), *bench.args], cwd=workdir, capture_output=True, text=True,
-            errors="replace", timeout=timeout, env={**os.environ, **(env or {})},
-        )
+        proc = process.run([str(executable), *bench.args], timeout, cwd=workdir,
+                           env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return Sample(bench.workload, None, None, time.perf_counter() - start, None,
                       f"timed out after {timeout:.0f} s")

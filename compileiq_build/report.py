@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
-from compileiq_build.selection import NoWinner, Winner, decide, outcomes
+from compileiq_build.selection import NoWinner, Winner, decide, outcomes, portable_set
 from compileiq_build.space import Prober, build_space
 from compileiq_build.stats import relative_spread
 from compileiq_build.store import STORE, Store, open_store
@@ -85,25 +85,58 @@ def report(build_dir: Path) -> str:
         store.close()
 
 
-def emit(build_dir: Path, output: Path | None) -> Path:
-    build_dir = build_dir.resolve()
-    project = load_project(build_dir)
+def export(build_dir: Path, csv: Path | None, parquet: Path | None) -> int:
+    """Write every stored measurement as a table; returns the number of rows."""
     store = _open(build_dir)
     try:
-        sessions = store.sessions()
-        if not sessions:
-            raise CompileIQError(f"no tuning session is stored in {build_dir / STORE}")
-        _, started, _, env = sessions[-1]
-        found = decisions(store)
-        strategies = sorted({r.strategy for r in store.evaluations(phase="search")})
+        table = store.measurements()
     finally:
         store.close()
-    date = datetime.datetime.fromtimestamp(started, datetime.UTC).date().isoformat()
-    prov = provenance(env, project.compilers, ", ".join(strategies) or "none", date)
-    winners = [d for d in found if isinstance(d, Winner)]
-    losers = [d for d in found if isinstance(d, NoWinner)]
+    try:
+        if csv:
+            table.to_csv(csv, index=False)
+        if parquet:
+            table.to_parquet(parquet, index=False)
+    except OSError as exc:
+        raise CompileIQError(f"cannot write the export: {exc}") from None
+    return len(table)
+
+
+def emit(build_dir: Path, output: Path | None, merge: Sequence[Path] = ()) -> Path:
+    """The toolchain file from stored results: this build folder's store, plus the stores
+    of other machines (one per GPU architecture) with a portable set across them."""
+    build_dir = build_dir.resolve()
+    project = load_project(build_dir)
+    paths = [build_dir / STORE, *((p / STORE if p.is_dir() else p).resolve() for p in merge)]
+    stores: list[Store] = []
+    try:
+        for path in paths:
+            if not path.is_file():
+                raise CompileIQError(f"no results store at {path}. Name a results.sqlite that "
+                                     "`tune` wrote (it lies in <build>/compileiq/).")
+            stores.append(Store(path))
+        envs, dates, strategies = [], [], set()
+        found: dict[tuple[str, str], Winner | NoWinner] = {}
+        for store, path in zip(stores, paths, strict=True):
+            sessions = store.sessions()
+            if not sessions:
+                raise CompileIQError(f"no tuning session is stored in {path}")
+            envs.append(sessions[-1][3])
+            dates.append(sessions[-1][1])
+            strategies |= {r.strategy for r in store.evaluations(phase="search")}
+            for d in decisions(store):
+                # Two stores of one architecture: the first one named wins.
+                found.setdefault((d.target, repr(sorted(d.arch_keys.items()))), d)
+        winners = [d for d in found.values() if isinstance(d, Winner)]
+        losers = [d for d in found.values() if isinstance(d, NoWinner)]
+        portables = portable_set(stores, winners)
+    finally:
+        for store in stores:
+            store.close()
+    date = datetime.datetime.fromtimestamp(max(dates), datetime.UTC).date().isoformat()
+    prov = provenance(envs, project.compilers, ", ".join(sorted(strategies)) or "none", date)
     path = (output or project.source_dir / DEFAULT_NAME).resolve()
-    write(path, render(winners, losers, prov))
+    write(path, render(winners, losers, prov, portables))
     return path
 
 

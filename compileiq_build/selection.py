@@ -119,3 +119,56 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
             return Winner(target, arch_keys, row.config_key, flags, gains, len(searched))
     return NoWinner(target, arch_keys,
                     f"no candidate beat the baseline beyond noise ({len(searched)} measured)")
+
+
+@dataclass(frozen=True)
+class Portable:
+    """Flags for builds that target several architectures at once."""
+
+    target: str
+    config_key: str
+    flags: dict[str, tuple[str, ...]]
+    ratios: dict[str, float]  # architecture -> geometric-mean cost ratio measured there
+
+
+def arch_sets(store: Store, target: str) -> list[dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for row in store.evaluations(target):
+        found.setdefault(repr(sorted(row.arch_keys.items())), row.arch_keys)
+    return list(found.values())
+
+
+def _measured(store: Store, target: str, arch: dict[str, str], key: str) -> Outcome | None:
+    """The re-measurement of a configuration if there is one, else its search measurement."""
+    for phase in ("validate", "search"):
+        for o in outcomes(store, target, arch, phase):
+            if o.evaluation.config_key == key and o.valid:
+                return o
+    return None
+
+
+def portable_set(stores: Sequence[Store], winners: Sequence[Winner]) -> list[Portable]:
+    """Per target tuned on several architectures: among the architectures' winners, the
+    configuration measured on every one of them and slower beyond noise on none, best
+    geometric mean first.  Targets with no such configuration get no portable set."""
+    result = []
+    for target in sorted({w.target for w in winners}):
+        archs = [(store, arch) for store in stores for arch in arch_sets(store, target)]
+        if len({repr(sorted(a.items())) for _, a in archs}) < 2:
+            continue
+        best: Portable | None = None
+        for w in (w for w in winners if w.target == target):
+            ratios = {}
+            for store, arch in archs:
+                o = _measured(store, target, arch, w.config_key)
+                if o is None or o.ratio is None or any(e.slower for e in o.estimates.values()):
+                    break
+                ratios[", ".join(sorted(arch.values()))] = o.ratio
+            else:
+                candidate = Portable(target, w.config_key, w.flags, ratios)
+                if best is None or geometric_mean(list(ratios.values())) < geometric_mean(
+                        list(best.ratios.values())):
+                    best = candidate
+        if best is not None:
+            result.append(best)
+    return result

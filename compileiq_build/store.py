@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 
@@ -155,6 +157,15 @@ class Store:
         return self.db.execute(
             "SELECT workload, role, value FROM samples WHERE evaluation_id=? AND error='' "
             "AND value IS NOT NULL ORDER BY id", (evaluation,)).fetchall()
+
+    def measurements(self) -> pd.DataFrame:
+        """One row per stored sample with the fields stored with it and its evaluation's
+        fixed fields; nothing that changes after the sample lands (no status or verdict)."""
+        return pd.read_sql_query(
+            "SELECT s.id AS sample_id, s.created, e.session_id, s.evaluation_id, e.target,"
+            " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, s.workload,"
+            " s.role, s.rep, s.value, s.cost, s.wall_s, s.exit_code, s.error"
+            " FROM samples s JOIN evaluations e ON e.id = s.evaluation_id ORDER BY s.id", self.db)
 
     def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:
         rows = self.db.execute("SELECT id, started, command, environment FROM sessions ORDER BY id")

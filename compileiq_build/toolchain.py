@@ -13,7 +13,7 @@ import jinja2
 from compileiq_build import __version__
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import Compiler, c_identifier
-from compileiq_build.selection import NoWinner, Winner
+from compileiq_build.selection import NoWinner, Portable, Winner
 
 DEFAULT_NAME = "compileiq-toolchain.cmake"
 
@@ -23,22 +23,31 @@ class Provenance:
     date: str  # YYYY-MM-DD
     machine: str  # GPU name(s) or CPU model
     driver: str
-    compilers: tuple[str, ...]  # "CUDA NVIDIA 13.0.88"
+    compilers: tuple[tuple[str, str], ...]  # ("CUDA", "NVIDIA 13.0.88"), sorted
     strategy: str
 
 
-def provenance(env: Mapping[str, Any], compilers: Mapping[str, Compiler], strategy: str,
-               date: str) -> Provenance:
-    """From a stored environment record (environment.describe) and the project's compilers."""
+def _machine(env: Mapping[str, Any]) -> tuple[str, str]:
     gpus = env.get("gpus") or []
     if gpus:
-        machine = "; ".join(sorted({f"{g['name']} (sm_{g['compute_capability'].replace('.', '')})"
-                                    for g in gpus}))
-        driver = ", ".join(sorted({g["driver"] for g in gpus}))
-    else:
-        machine, driver = f"CPU {env.get('cpu', 'unknown')} (no GPU)", "none"
-    names = tuple(f"{lang} {c.id} {c.version}" for lang, c in sorted(compilers.items()))
-    return Provenance(date, machine, driver, names, strategy)
+        names = sorted({f"{g['name']} (sm_{g['compute_capability'].replace('.', '')})" for g in gpus})
+        return "; ".join(names), ", ".join(sorted({g["driver"] for g in gpus}))
+    return f"CPU {env.get('cpu', 'unknown')} (no GPU)", "none"
+
+
+def provenance(envs: Sequence[Mapping[str, Any]], fallback: Mapping[str, Compiler], strategy: str,
+               date: str) -> Provenance:
+    """From stored session records (environment.describe plus the compilers), one per machine.
+
+    The first record's compilers are the ones the module compares a build's compilers with.
+    """
+    machines = [_machine(env) for env in envs]
+    compilers = envs[0].get("compilers") if envs else None
+    if not compilers:
+        compilers = {lang: f"{c.id} {c.version}" for lang, c in fallback.items()}
+    return Provenance(date, "; ".join(dict.fromkeys(m for m, _ in machines)),
+                      ", ".join(dict.fromkeys(d for _, d in machines)),
+                      tuple(sorted(compilers.items())), strategy)
 
 
 def bracket(text: str) -> str:
@@ -75,22 +84,29 @@ _ENV.filters["comment"] = comment
 _UNLISTABLE = re.compile(r"[;\[\]\x00\r\n]|\\$")
 
 
-def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance) -> str:
+def _entries(target: str, flags: Mapping[str, tuple[str, ...]], arch_keys: Mapping[str, str]) -> list[dict]:
+    for flag in (f for fl in flags.values() for f in fl):
+        if _UNLISTABLE.search(flag):
+            raise CompileIQError(f"flag {flag!r} of {target} holds text (; [ ], a line break or "
+                                 "a final backslash) that a CMake list cannot hold; it is not written.")
+    return [{"target": target, "language": lang, "arch": arch_keys[lang],
+             "variable": variable_name(c_identifier(target), lang, arch_keys[lang]),
+             "flags": flags[lang]} for lang in sorted(flags)]
+
+
+def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance,
+           portables: Sequence[Portable] = ()) -> str:
     entries = []
     for w in sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))):
-        for flag in (f for flags in w.flags.values() for f in flags):
-            if _UNLISTABLE.search(flag):
-                raise CompileIQError(f"flag {flag!r} of {w.target} holds text (; [ ], a line break or "
-                                     "a final backslash) that a CMake list cannot hold; it is not written.")
-        for lang in sorted(w.flags):
-            entries.append({
-                "target": w.target, "language": lang, "arch": w.arch_keys[lang],
-                "variable": variable_name(c_identifier(w.target), lang, w.arch_keys[lang]),
-                "flags": w.flags[lang],
-            })
+        entries += _entries(w.target, w.flags, w.arch_keys)
+    for p in sorted(portables, key=lambda p: p.target):
+        entries += _entries(p.target, p.flags, dict.fromkeys(p.flags, "portable"))
+    languages = {e["language"] for e in entries}
     return _ENV.get_template("toolchain.cmake.j2").render(
         version=__version__, provenance=provenance, entries=entries,
-        winners=sorted(winners, key=lambda w: w.target),
+        tuned_with=[(lang, text) for lang, text in provenance.compilers if lang in languages],
+        winners=sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))),
+        portables=sorted(portables, key=lambda p: p.target),
         losers=sorted(losers, key=lambda n: n.target))
 
 

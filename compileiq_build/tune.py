@@ -8,8 +8,12 @@ sample in flight and the next run resumes from the store.
 from __future__ import annotations
 
 import datetime
+import shutil
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from filelock import FileLock, Timeout
 
 from compileiq_build import environment
 from compileiq_build.build import BuildTree
-from compileiq_build.errors import CompileIQError
+from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate import Evaluator
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, load_project
@@ -43,6 +47,7 @@ class TuneOptions:
     targets: Sequence[str] = ()
     output: Path | None = None
     jobs: int | None = None
+    build_timeout: float | None = None  # seconds per candidate build; default 20x the baseline's
     repeats: int = 5  # paired runs per workload and candidate
     allow_numerics_change: bool = False
     max_stage: int = 3
@@ -84,11 +89,38 @@ def _check_benchmarks(project: Project, benches: Sequence[Benchmark]) -> None:
     from compileiq_build.measure import SUPPORTED_FORMATS
 
     for b in benches:
+        if not b.executable_target:
+            found = Path(b.executable).is_file() if "/" in b.executable else shutil.which(b.executable)
+            if not found:
+                raise CompileIQError(
+                    f"benchmark '{b.name}': the program {b.executable} does not exist. Name an "
+                    "executable target of the project in COMMAND, or a program that is installed.")
         fmt = "regex" if b.format == "auto" and b.regex else b.format
         if fmt not in SUPPORTED_FORMATS:
             raise CompileIQError(
                 f"benchmark '{b.workload}' uses FORMAT {b.format}, which this version does not read "
                 "yet. Use FORMAT regex with REGEX and UNIT (or HIGHER_IS_BETTER), or FORMAT time.")
+
+
+@contextmanager
+def _stop_on_ctrl_c(report: Reporter) -> Iterator[dict[str, bool]]:
+    """First Ctrl-C: finish the evaluation in flight, then stop.  Second: stop at once."""
+    state = {"stop": False}
+
+    def handler(signum: int, frame: object) -> None:
+        if state["stop"]:
+            raise KeyboardInterrupt
+        state["stop"] = True
+        report.note("Ctrl-C: stopping after the evaluation in flight (Ctrl-C again stops at once)")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class Tuner:
@@ -100,6 +132,12 @@ class Tuner:
         self.gpus = environment.detect_gpus()
         self.work = self.build_dir / "compileiq" / "work"
         self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
+        self.interrupt = {"stop": False}
+
+    def check_interrupt(self) -> None:
+        if self.interrupt["stop"]:
+            raise Interrupted("stopped; every finished measurement is in the store. "
+                              "Run the same command again to resume.")
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -121,7 +159,8 @@ class Tuner:
                     (self.build_dir / "compileiq" / f"results.sqlite{suffix}").unlink(missing_ok=True)
             store = open_store(self.build_dir)
             try:
-                return self._run(targets, store, command)
+                with _stop_on_ctrl_c(self.report) as self.interrupt:
+                    return self._run(targets, store, command)
             finally:
                 store.close()
         finally:
@@ -129,7 +168,7 @@ class Tuner:
 
     def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
         arch = self.gpus[0].arch if self.gpus and any("CUDA" in t.languages for t in targets) else ""
-        session = store.start_session(command, environment.describe(self.gpus))
+        session = store.start_session(command, self._environment())
         self.report.phase("configuring the tuning build trees")
         baseline_tree = BuildTree(self.project, self.work / "baseline")
         candidate_tree = BuildTree(self.project, self.work / "candidate")
@@ -144,7 +183,7 @@ class Tuner:
                 benchmarks=tree_project.benchmarks_for(target.name),
                 baseline_tree=baseline_tree, candidate_tree=candidate_tree,
                 store=store, session=session, repeats=self.options.repeats,
-                jobs=self.options.jobs, report=self.report)
+                jobs=self.options.jobs, report=self.report, build_timeout=self.options.build_timeout)
             evaluator.prepare_baseline()
             space = self._space(target, tree_project)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
@@ -184,6 +223,7 @@ class Tuner:
         strategy = make_strategy(self.options.strategy, self.options.seed)
         store = evaluator.store
         while True:
+            self.check_interrupt()
             trials = self._trials(store, evaluator)
             if len(trials) >= self.options.budget:
                 self.report.note(f"{evaluator.target.name}: budget of {self.options.budget} "
@@ -210,6 +250,7 @@ class Tuner:
             row = finalist.evaluation
             if row.config_key in validated:
                 continue
+            self.check_interrupt()
             self.report.phase(f"validating {name}: {row.config_key}")
             check = evaluator.evaluate(row.config, {k: tuple(v) for k, v in row.flags.items()},
                                        row.strategy, "validate", repeats=2 * self.options.repeats)
@@ -218,10 +259,13 @@ class Tuner:
             self.report.note(f"{name}: {row.config_key} did not hold up when re-measured")
         return decide(store, name, arch)
 
+    def _environment(self) -> dict[str, object]:
+        compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}
+        return {**environment.describe(self.gpus), "compilers": compilers}
+
     def _provenance(self) -> Provenance:
         date = datetime.datetime.now(datetime.UTC).date().isoformat()
-        return provenance(environment.describe(self.gpus), self.project.compilers,
-                          self.options.strategy, date)
+        return provenance([self._environment()], self.project.compilers, self.options.strategy, date)
 
 
 def tune(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:

@@ -188,3 +188,30 @@ compileiq_add_benchmark(b COMMAND exe FORMAT time)
     assert "code=[sm_90]" in cmd  # real machine code only: no PTX left to JIT
     assert f"--options-file={build}/compileiq/candidate/k.CUDA.opts" in cmd
     assert Path(target.candidate_files["CUDA"]).is_file()
+
+
+def test_another_compiler_version_warns_and_drops_rejected_flags(cxx_project, configure):
+    toolchain = cxx_project / "tc.cmake"
+    toolchain.write_text("set(COMPILEIQ_TUNED_WITH_CXX [=[GNU 0.0.1]=])\n"
+                         "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O2]=] [=[-fno-such-option-xyz]=])\n")
+    build = cxx_project / "build"
+    proc = configure(cxx_project, build, f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    err = " ".join(proc.stderr.split())
+    assert "were tuned with GNU 0.0.1; this build uses GNU" in err
+    assert "rejects -fno-such-option-xyz; it is not applied to saxpy" in err
+    command = compile_commands(build)["saxpy.cpp"]
+    assert "-O2" in command and "-fno-such-option-xyz" not in command
+    configure.build(build)
+
+
+def test_same_compiler_applies_flags_without_checks(cxx_project, configure):
+    from compileiq_build.project import load_manifest as load
+
+    build = cxx_project / "probe"
+    configure(cxx_project, build)
+    version = load(build / "compileiq" / "manifest.json").compilers["CXX"].version
+    toolchain = cxx_project / "tc.cmake"
+    toolchain.write_text(f"set(COMPILEIQ_TUNED_WITH_CXX [=[GNU {version}]=])\n"
+                         "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O2]=])\n")
+    proc = configure(cxx_project, cxx_project / "build", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    assert "were tuned with" not in proc.stderr

@@ -14,7 +14,7 @@ from compileiq_build.selection import NoWinner, Winner, WorkloadGain
 from compileiq_build.stats import RatioEstimate
 from compileiq_build.toolchain import Provenance, bracket, render, variable_name
 
-PROV = Provenance("2026-11-30", "NVIDIA H200 (sm_90)", "580.1", ("CUDA NVIDIA 13.0.88",), "staged")
+PROV = Provenance("2026-11-30", "NVIDIA H200 (sm_90)", "580.1", (("CUDA", "NVIDIA 13.0.88"),), "staged")
 
 
 def _winner(target: str, flags: tuple[str, ...], workload: str = "gemm[--n 4096]") -> Winner:

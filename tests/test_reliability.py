@@ -1,0 +1,265 @@
+"""Reliability with real processes: kills, Ctrl-C, broken candidates, locks, damaged stores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import FIXTURES
+
+from compileiq_build.measure import Sample
+from compileiq_build.store import STORE, Store
+
+TUNE = [sys.executable, "-m", "compileiq_build", "tune"]
+
+
+def _rows(build: Path, query: str) -> list[tuple]:
+    db = sqlite3.connect(f"file:{build / STORE}?mode=ro", uri=True)
+    try:
+        return db.execute(query).fetchall()
+    finally:
+        db.close()
+
+
+def _wait_for(build: Path, query: str, at_least: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if (build / STORE).exists():
+            try:
+                if _rows(build, query)[0][0] >= at_least:
+                    return
+            except sqlite3.OperationalError:
+                pass  # tables not created yet
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {query}")
+
+
+def test_sigkill_mid_run_then_resume(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    args = [*TUNE, str(build), "--budget", "5", "--repeats", "3"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(build, "SELECT COUNT(*) FROM evaluations WHERE status='measured'", 2, proc)
+    _wait_for(build, "SELECT COUNT(*) FROM evaluations WHERE status='running'", 1, proc)
+    proc.kill()
+    proc.wait()
+    before = _rows(build, "SELECT * FROM samples ORDER BY id")
+    done = _rows(build, "SELECT config_key FROM evaluations WHERE status='measured'")
+    assert len(done) >= 2 and before
+
+    again = subprocess.run(args, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    after = _rows(build, "SELECT * FROM samples ORDER BY id")
+    assert after[:len(before)] == before  # every sample taken before the kill is kept as it was
+    statuses = _rows(build, "SELECT config_key, status FROM evaluations WHERE phase='search'")
+    measured = [k for k, s in statuses if s == "measured"]
+    assert len(measured) == 5 and len(set(measured)) == 5  # nothing measured twice
+    assert {k for (k,) in done} <= set(measured)
+    assert ("interrupted" in {s for _, s in statuses}) or len(statuses) == 5
+    assert (cxx_project / "compileiq-toolchain.cmake").is_file()
+
+
+def test_ctrl_c_stops_after_the_evaluation_in_flight(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    args = [*TUNE, str(build), "--budget", "4", "--repeats", "3"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(build, "SELECT COUNT(*) FROM evaluations WHERE status='running'", 1, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "stopping after the evaluation in flight" in err
+    assert "Run the same command again to resume" in err and "Traceback" not in err
+    statuses = [s for (s,) in _rows(build, "SELECT status FROM evaluations")]
+    assert statuses and set(statuses) == {"measured"}  # the evaluation in flight finished
+    again = subprocess.run(args, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert len(_rows(build, "SELECT id FROM evaluations WHERE phase='search'")) == 4
+
+
+@pytest.mark.parametrize("fault,status,reason", [
+    ("compile", "build_failed", "this candidate does not compile"),
+    ("crash", "invalid", "exit code -6"),
+    ("hang", "invalid", "timed out after 3 s"),
+    ("garbage", "invalid", "matched nothing in the output; output ends: time_ms: banana"),
+    ("wrong", "invalid", "check: FAILED result 41, expected 42"),
+])
+def test_broken_candidates_are_recorded_and_never_win(fault, status, reason, tmp_path, configure):
+    src = tmp_path / "faulty"
+    shutil.copytree(FIXTURES / "faulty_project", src)
+    build = tmp_path / "build"
+    configure(src, build, f"-DFAULT={fault}")
+    proc = subprocess.run([*TUNE, str(build), "--budget", "1", "--repeats", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ((got_status, got_reason),) = _rows(build, "SELECT status, reason FROM evaluations")
+    assert got_status == status
+    assert reason in got_reason
+    assert "faulty: unchanged" in proc.stdout
+    assert "COMPILEIQ_FLAGS_faulty" not in (src / "compileiq-toolchain.cmake").read_text()
+
+
+def test_a_second_tune_on_the_same_folder_is_refused(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    first = subprocess.Popen([*TUNE, str(build), "--budget", "3", "--repeats", "3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(build, "SELECT COUNT(*) FROM sessions", 1, first)
+        second = subprocess.run([*TUNE, str(build)], capture_output=True, text=True)
+        assert second.returncode == 2
+        assert "another `tune` is running on" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_damaged_store_is_refused_and_left_untouched(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    store = build / STORE
+    store.write_bytes(b"this is not a database" * 100)
+    digest = hashlib.sha256(store.read_bytes()).hexdigest()
+    proc = subprocess.run([*TUNE, str(build), "--budget", "1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is damaged" in proc.stderr and "move it away" in proc.stderr
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == digest
+
+
+def test_other_generators_are_refused(cxx_project, cmake):
+    from compileiq_build import cmake_dir
+
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    subprocess.run([cmake, "-S", str(cxx_project), "-B", str(cxx_project / "mk"), "-G", "Unix Makefiles",
+                    f"-DCompileIQ_ROOT={cmake_dir()}"], check=True, capture_output=True)
+    proc = subprocess.run([*TUNE, str(cxx_project / "mk")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "uses the 'Unix Makefiles' generator" in proc.stderr and "-G Ninja" in proc.stderr
+
+
+def test_no_tuned_targets(tmp_path, configure):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(p NONE)\n"
+                                        "find_package(CompileIQ CONFIG REQUIRED)\n")
+    proc = configure(src, tmp_path / "b")
+    assert "no target is marked with compileiq_tune()" in " ".join(proc.stderr.split())
+    tune = subprocess.run([*TUNE, str(tmp_path / "b")], capture_output=True, text=True)
+    assert tune.returncode == 2 and "no target is marked for tuning" in tune.stderr
+
+
+def test_missing_benchmark_program(cxx_project, configure):
+    cml = cxx_project / "CMakeLists.txt"
+    cml.write_text(cml.read_text() + "compileiq_add_benchmark(external COMMAND ./not-built-here "
+                   "TARGETS saxpy FORMAT time)\n")
+    configure(cxx_project, cxx_project / "build")
+    proc = subprocess.run([*TUNE, str(cxx_project / "build"), "--budget", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "benchmark 'external': the program" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_report_exports_one_row_per_stored_measurement(cxx_project, configure, tmp_path):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    subprocess.run([*TUNE, str(build), "--budget", "1", "--repeats", "2"], check=True, capture_output=True)
+    csv, parquet = tmp_path / "m.csv", tmp_path / "m.parquet"
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build),
+                           "--csv", str(csv), "--parquet", str(parquet)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    first = pd.read_csv(csv)
+    assert len(first) == _rows(build, "SELECT COUNT(*) FROM samples")[0][0]
+    assert list(first.columns) == ["sample_id", "created", "session_id", "evaluation_id", "target",
+                                   "arch_keys", "config_key", "config", "flags", "strategy", "phase",
+                                   "workload", "role", "rep", "value", "cost", "wall_s", "exit_code",
+                                   "error"]
+    assert pd.read_parquet(parquet).equals(pd.read_parquet(parquet))
+    assert len(pd.read_parquet(parquet)) == len(first)
+    # More tuning later: the rows already exported stay exactly as they were.
+    subprocess.run([*TUNE, str(build), "--budget", "2", "--repeats", "2"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build), "--csv", str(csv)],
+                   check=True, capture_output=True)
+    second = pd.read_csv(csv)
+    assert len(second) > len(first)
+    pd.testing.assert_frame_equal(second.iloc[:len(first)].reset_index(drop=True), first)
+
+
+def _synthetic(path: Path, arch: str, results: dict[str, tuple[float, bool]]) -> None:
+    """A store as a machine of architecture `arch` would leave it: per configuration, the
+    cost ratio of 10 pairs and whether it was re-measured (validated)."""
+    store = Store(path)
+    session = store.start_session("test", {"gpus": [], "cpu": f"machine-{arch}",
+                                           "compilers": {"CXX": "GNU 12.2.0"}})
+    for key, (ratio, validated) in results.items():
+        flags = {"CXX": [f"-f{key}"]}
+        for phase in ("search", "validate") if validated else ("search",):
+            ev = store.begin_evaluation(session, "saxpy", {"CXX": arch}, key, {"CXX:x": key}, flags,
+                                        "staged", phase)
+            for rep in range(10):
+                noise = 1 + 0.001 * (rep % 3)
+                store.add_sample(ev, "candidate", rep, Sample("w", ratio * noise, ratio * noise, 0.1, 0, ""))
+                store.add_sample(ev, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
+            store.finish_evaluation(ev, "measured")
+    store.close()
+
+
+def test_emit_merges_stores_of_two_architectures_with_a_portable_set(cxx_project, configure, tmp_path):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    # Architecture A: 'fast' wins (validated); 'other' is neutral there.
+    _synthetic(build / STORE, "arch_a", {"fast": (0.90, True), "other": (1.0, False)})
+    # Architecture B: 'other' wins; 'fast' is slower there, so it cannot be portable.
+    _synthetic(tmp_path / "b.sqlite", "arch_b", {"other": (0.95, True), "fast": (1.05, False)})
+    out = tmp_path / "merged.cmake"
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "emit", str(build), "--merge",
+                           str(tmp_path / "b.sqlite"), "--output", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "set(COMPILEIQ_FLAGS_saxpy_CXX_arch_a\n  [=[-ffast]=]" in text
+    assert "set(COMPILEIQ_FLAGS_saxpy_CXX_arch_b\n  [=[-fother]=]" in text
+    assert "set(COMPILEIQ_FLAGS_saxpy_CXX_portable\n  [=[-fother]=]" in text
+    assert "machine-arch_a" in text and "machine-arch_b" in text
+    assert json.dumps(str(tmp_path)) not in text and str(tmp_path) not in text
+    # Merging the same stores again gives the same file, byte for byte.
+    again = tmp_path / "again.cmake"
+    subprocess.run([sys.executable, "-m", "compileiq_build", "emit", str(build), "--merge",
+                    str(tmp_path / "b.sqlite"), "--output", str(again)], check=True, capture_output=True)
+    assert again.read_text() == text
+
+
+def test_emit_needs_existing_stores(cxx_project, configure, tmp_path):
+    configure(cxx_project, cxx_project / "build")
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "emit", str(cxx_project / "build")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "no results store at" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_hanging_compile_is_stopped_and_recorded(cxx_project, configure, tmp_path):
+    # A compiler launcher (CMake's own hook) that hangs when the candidate's flags are in use.
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in @*.opts) grep -q O2 "${a#@}" && '
+                        'sleep 600;; esac; done\nexec "$@"\n')
+    launcher.chmod(0o755)
+    build = cxx_project / "build"
+    configure(cxx_project, build, f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
+    start = time.monotonic()
+    proc = subprocess.run([*TUNE, str(build), "--budget", "1", "--repeats", "2", "--build-timeout", "5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 120
+    ((status, reason),) = _rows(build, "SELECT status, reason FROM evaluations")
+    assert status == "build_failed" and "build timed out after 5 s" in reason
+    leftover = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""  # the whole process group was killed
