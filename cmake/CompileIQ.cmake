@@ -31,6 +31,7 @@ Commands
                             [FORMAT auto|nvbench|gbench|csv|regex|time]
                             [REGEX <regex>] [COLUMN <csv-column>]
                             [UNIT s|ms|us|ns] [HIGHER_IS_BETTER]
+                            [CHECKSUM <regex>] [OUTPUT_FILE <path>] [TOLERANCE <relative>]
                             [WORKDIR <dir>] [TIMEOUT <seconds>] [LABELS <label>...])
 
   Registers a benchmark.  ``REGEX``'s first capture group is the measured
@@ -38,7 +39,11 @@ Commands
   ``FORMAT time`` times the whole process.  Registering the same name again
   with other arguments adds a workload; winners must hold on all of them.
   Without ``TARGETS`` the benchmark exercises the tuned targets that its
-  executable links, directly or not.
+  executable links, directly or not.  A candidate whose benchmark exits
+  non-zero is invalid.  ``CHECKSUM``'s first capture group (a printed
+  checksum) and the file ``OUTPUT_FILE`` (relative to ``WORKDIR``) must equal
+  the baseline's exactly, or within the relative ``TOLERANCE`` for candidates
+  whose flags change floating-point results.
 
 What the module writes and reads
 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
@@ -141,12 +146,13 @@ endfunction()
 
 function(compileiq_add_benchmark name)
   set(options HIGHER_IS_BETTER)
-  set(one_value FORMAT REGEX COLUMN UNIT WORKDIR TIMEOUT)
+  set(one_value FORMAT REGEX COLUMN UNIT WORKDIR TIMEOUT CHECKSUM OUTPUT_FILE TOLERANCE)
   set(multi_value COMMAND TARGETS LABELS)
   cmake_parse_arguments(PARSE_ARGV 1 arg "${options}" "${one_value}" "${multi_value}")
   set(usage "Write: compileiq_add_benchmark(<name> COMMAND <executable-target> [args...] "
             "[TARGETS <tuned-target>...] [FORMAT auto|nvbench|gbench|csv|regex|time] [REGEX <re>] "
-            "[UNIT s|ms|us|ns] [HIGHER_IS_BETTER] [WORKDIR <dir>] [TIMEOUT <s>] [LABELS ...])")
+            "[UNIT s|ms|us|ns] [HIGHER_IS_BETTER] [CHECKSUM <re>] [OUTPUT_FILE <path>] "
+            "[TOLERANCE <relative>] [WORKDIR <dir>] [TIMEOUT <s>] [LABELS ...])")
   string(JOIN "" usage ${usage})
   if(name MATCHES "^(COMMAND|TARGETS|FORMAT|REGEX|COLUMN|UNIT|WORKDIR|TIMEOUT|LABELS|HIGHER_IS_BETTER)$")
     message(FATAL_ERROR "compileiq_add_benchmark(): the first argument must be the benchmark's name. ${usage}")
@@ -192,6 +198,15 @@ function(compileiq_add_benchmark name)
   if(DEFINED arg_TIMEOUT AND NOT arg_TIMEOUT MATCHES "^[0-9]+(\\.[0-9]+)?$")
     message(FATAL_ERROR "compileiq_add_benchmark(${name}): TIMEOUT must be a number of seconds, not '${arg_TIMEOUT}'.")
   endif()
+  if(DEFINED arg_TOLERANCE AND NOT arg_TOLERANCE MATCHES "^[0-9]+(\\.[0-9]*)?([eE][-+]?[0-9]+)?$")
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): TOLERANCE must be a relative tolerance such as 1e-4, not '${arg_TOLERANCE}'.")
+  endif()
+  if(DEFINED arg_TOLERANCE AND NOT DEFINED arg_CHECKSUM AND NOT DEFINED arg_OUTPUT_FILE)
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): TOLERANCE applies to CHECKSUM or OUTPUT_FILE; add one of them.")
+  endif()
+  if(DEFINED arg_CHECKSUM AND NOT arg_CHECKSUM MATCHES "\\(")
+    message(FATAL_ERROR "compileiq_add_benchmark(${name}): CHECKSUM needs a capture group around the checksum, e.g. CHECKSUM \"checksum: (\\\\S+)\".")
+  endif()
   if(NOT DEFINED arg_UNIT)
     set(arg_UNIT s)
   endif()
@@ -219,6 +234,9 @@ function(compileiq_add_benchmark name)
   set_property(GLOBAL PROPERTY ${prefix}_WORKDIR "${arg_WORKDIR}")
   set_property(GLOBAL PROPERTY ${prefix}_TIMEOUT "${arg_TIMEOUT}")
   set_property(GLOBAL PROPERTY ${prefix}_LABELS "${arg_LABELS}")
+  set_property(GLOBAL PROPERTY ${prefix}_CHECKSUM "${arg_CHECKSUM}")
+  set_property(GLOBAL PROPERTY ${prefix}_OUTPUT_FILE "${arg_OUTPUT_FILE}")
+  set_property(GLOBAL PROPERTY ${prefix}_TOLERANCE "${arg_TOLERANCE}")
   set_property(GLOBAL PROPERTY ${prefix}_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
 endfunction()
 
@@ -522,7 +540,8 @@ function(_compileiq_finalize)
   set(bi 0)
   while(bi LESS count)
     set(p _COMPILEIQ_BENCH_${bi})
-    foreach(field NAME COMMAND TARGETS FORMAT REGEX COLUMN UNIT HIGHER WORKDIR TIMEOUT LABELS DIR)
+    foreach(field NAME COMMAND TARGETS FORMAT REGEX COLUMN UNIT HIGHER WORKDIR TIMEOUT LABELS DIR
+                  CHECKSUM OUTPUT_FILE TOLERANCE)
       get_property(${field} GLOBAL PROPERTY ${p}_${field})
     endforeach()
     list(POP_FRONT COMMAND exe)
@@ -572,6 +591,9 @@ function(_compileiq_finalize)
     _compileiq_json_put(b unit "${UNIT}")
     _compileiq_json_put(b workdir "${WORKDIR}")
     _compileiq_json_put(b timeout "${TIMEOUT}")
+    _compileiq_json_put(b checksum "${CHECKSUM}")
+    _compileiq_json_put(b output_file "${OUTPUT_FILE}")
+    _compileiq_json_put(b tolerance "${TOLERANCE}")
     _compileiq_json_bool(b higher_is_better "${HIGHER}")
     _compileiq_json_strings(a ${COMMAND})
     string(JSON b SET "${b}" args "${a}")

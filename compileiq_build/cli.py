@@ -91,7 +91,12 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
     p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
                    "(default: 20 times the baseline build, at least 5 minutes)")
     p.add_argument("--repeats", type=_positive_int, default=5,
-                   help="paired runs per workload and candidate (default 5)")
+                   help="paired candidate/baseline runs per workload, at least (default 5)")
+    p.add_argument("--max-repeats", type=_positive_int, default=20,
+                   help="... and at most, while the comparison is undecided (default 20)")
+    p.add_argument("--precision", type=float, default=0.005,
+                   help="stop pairing once the 95%% interval of the ratio is narrower than this "
+                   "(default 0.005 = 0.5%%)")
     p.add_argument("--allow-numerics-change", action="store_true",
                    help="also try options that change floating-point results (fast math, ...)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
@@ -110,6 +115,7 @@ def _tune_options(args: argparse.Namespace):
         budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
         targets=args.targets, output=args.output.resolve() if args.output else None,
         jobs=args.jobs, build_timeout=args.build_timeout, repeats=args.repeats,
+        max_repeats=args.max_repeats, precision=args.precision,
         allow_numerics_change=args.allow_numerics_change,
         fresh=args.fresh, seed=args.seed)
 

@@ -1,18 +1,30 @@
-"""Evaluate one candidate: build it with Ninja, run its benchmarks interleaved with the baseline."""
+"""Evaluate one candidate: build it with Ninja, run its benchmarks paired with the baseline.
+
+Pairs run in a random order (a fixed order would turn any first-run/second-run
+effect into a fake gain) and continue adaptively: from `min_pairs` on, a
+workload stops once its interval has decided (entirely below or above 1) or is
+narrower than `precision`, and at the latest after `max_pairs` or `time_cap`.
+"""
 
 from __future__ import annotations
 
+import random
 import statistics
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq_build.build import BuildTree
 from compileiq_build.errors import CompileIQError
-from compileiq_build.measure import Sample, run_workload
+from compileiq_build.gpu import GpuMonitor, slowdowns
+from compileiq_build.measure import Run, compare_evidence, resolve_format, run_workload
+from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
 from compileiq_build.search import config_key
 from compileiq_build.selection import Outcome, summarize
+from compileiq_build.stats import ratio_estimate
 from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
 
 # A candidate this much slower on its first pairs is not measured further.
@@ -20,35 +32,49 @@ HOPELESS_RATIO = 1.5
 HOPELESS_PAIRS = 2
 
 
+@dataclass(frozen=True)
+class Sampling:
+    min_pairs: int = 5
+    max_pairs: int = 20
+    precision: float = 0.005  # stop when the interval is narrower than this fraction of the ratio
+    time_cap: float = 300.0  # seconds per workload and evaluation
+
+    def scaled(self, factor: int) -> Sampling:
+        return Sampling(self.min_pairs * factor, self.max_pairs * factor, self.precision,
+                        self.time_cap * factor)
+
+
 class Evaluator:
     def __init__(self, target: Target, benchmarks: list[Benchmark], baseline_tree: BuildTree,
-                 candidate_tree: BuildTree, store: Store, session: int, repeats: int,
-                 jobs: int | None, report: Reporter, build_timeout: float | None = None) -> None:
+                 candidate_tree: BuildTree, store: Store, session: int, sampling: Sampling,
+                 jobs: int | None, report: Reporter, build_timeout: float | None = None,
+                 monitor: GpuMonitor | None = None) -> None:
         self.target = target
         self.benchmarks = benchmarks
         self.baseline_tree = baseline_tree
         self.candidate_tree = candidate_tree
         self.store = store
         self.session = session
-        self.repeats = max(2, repeats)
+        self.sampling = sampling
         self.jobs = jobs
         self.build_timeout = build_timeout
         self.report = report
+        self.monitor = monitor or GpuMonitor.disabled()
         self.arch_keys = dict(target.arch_keys)
         self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
         if any(not b.executable_target for b in benchmarks):
             self.ninja_targets = []  # a benchmark outside the project: build everything
         self.baseline_build_s = 60.0
         self.baseline_wall: dict[str, float] = {}
+        self.evidence: dict[str, str | bytes | None] = {}
 
     def _executable(self, bench: Benchmark, tree: BuildTree) -> Path:
-        path = Path(bench.executable)
         if bench.executable_target:
             # The tree's own manifest lists where its executables are.
             for b in tree.project.benchmarks:
                 if b.index == bench.index:
                     return Path(b.executable)
-        return path
+        return Path(bench.executable)
 
     def _timeout(self, bench: Benchmark) -> float:
         base = self.baseline_wall.get(bench.workload, 60.0)
@@ -56,30 +82,43 @@ class Evaluator:
         return min(limit, bench.timeout) if bench.timeout else limit
 
     def prepare_baseline(self) -> None:
-        """Build the baseline tree and check that every benchmark passes with the project's flags."""
+        """Build the baseline tree; check that every benchmark passes, twice alike, with the
+        project's flags; resolve FORMAT auto; keep the checksums candidates must match."""
         self.report.phase(f"{self.target.name}: building the baseline")
         built = self.baseline_tree.build(self.ninja_targets, timeout=3600, jobs=self.jobs)
         if not built.ok:
             raise CompileIQError(f"the project does not build with its own flags:\n{built.log}")
         self.baseline_build_s = max(built.seconds, 1.0)
+        resolved = []
         for bench in self.benchmarks:
             exe = self._executable(bench, self.baseline_tree)
             if bench.executable_target and not exe.is_file():
                 raise CompileIQError(f"benchmark '{bench.workload}': {exe} was not built.")
             self.report.phase(f"{self.target.name}: baseline run of {bench.workload}")
-            walls = []
-            for _ in range(2):
-                sample = run_workload(bench, exe, timeout=bench.timeout or 3600)
-                if not sample.ok:
+            try:
+                bench = resolve_format(bench, exe, timeout=bench.timeout or 3600)
+            except ParseError as exc:
+                raise CompileIQError(f"benchmark '{bench.workload}': {exc}") from None
+            runs = [run_workload(bench, exe, bench.timeout or 3600, monitor=self.monitor) for _ in range(2)]
+            for run in runs:
+                if not run.ok:
                     raise CompileIQError(
                         f"benchmark '{bench.workload}' fails with the project's own flags: "
-                        f"{sample.error}\nFix the benchmark (or its registration) first.")
-                walls.append(sample.wall_s)
-            self.baseline_wall[bench.workload] = statistics.median(walls)
+                        f"{run.error}\nFix the benchmark (or its registration) first.")
+            if compare_evidence(runs[0].evidence, runs[1].evidence, None):
+                raise CompileIQError(
+                    f"benchmark '{bench.workload}': its checksum or output file differs between two "
+                    "runs with the project's own flags, so it cannot check candidates. Make its "
+                    "output deterministic (fixed seeds), or drop CHECKSUM/OUTPUT_FILE.")
+            self.evidence[bench.workload] = runs[0].evidence
+            self.baseline_wall[bench.workload] = statistics.median(r.samples[0].wall_s for r in runs)
+            resolved.append(bench)
+        self.benchmarks = resolved
 
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
-                 strategy: str, phase: str, repeats: int | None = None) -> Outcome:
-        repeats = repeats or self.repeats
+                 strategy: str, phase: str, numerics: bool = False,
+                 sampling: Sampling | None = None) -> Outcome:
+        sampling = sampling or self.sampling
         key = config_key(config)
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase)
@@ -92,44 +131,78 @@ class Evaluator:
             return self._outcome(evaluation)
         status, reason = MEASURED, ""
         for bench in self.benchmarks:
-            error = self._measure(evaluation, bench, repeats)
+            error = self._measure(evaluation, bench, sampling, numerics)
             if error:
                 status, reason = INVALID, f"{bench.workload}: {error}"
                 break
         self.store.finish_evaluation(evaluation, status, reason, built.seconds)
         return self._outcome(evaluation)
 
-    def _measure(self, evaluation: int, bench: Benchmark, repeats: int) -> str:
-        """Candidate and baseline runs alternate; returns the candidate's error, if any."""
+    def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool) -> str:
+        """Paired runs until the comparison is decided or precise; returns the candidate's error."""
         cand_exe = self._executable(bench, self.candidate_tree)
         base_exe = self._executable(bench, self.baseline_tree)
         timeout = self._timeout(bench)
-        ratios = []
-        for rep in range(repeats):
-            cand = run_workload(bench, cand_exe, timeout)
-            self.store.add_sample(evaluation, "candidate", rep, cand)
+        order = random.Random(f"{evaluation}:{bench.index}")
+        costs: dict[str, tuple[list[float], list[float]]] = {}
+        start = time.monotonic()
+        for rep in range(sampling.max_pairs):
+            runs: dict[str, Run] = {}
+            for role in order.sample(("candidate", "baseline"), 2):
+                runs[role] = run_workload(bench, cand_exe if role == "candidate" else base_exe,
+                                          timeout, monitor=self.monitor)
+                for sample in runs[role].samples:
+                    self.store.add_sample(evaluation, role, rep, sample)
+                self._warn_slowdowns(runs[role])
+            cand, base = runs["candidate"], runs["baseline"]
             if not cand.ok:
                 return cand.error
-            base = run_workload(bench, base_exe, timeout)
-            self.store.add_sample(evaluation, "baseline", rep, base)
             if not base.ok:
                 raise CompileIQError(
                     f"benchmark '{bench.workload}' failed with the project's own flags during "
                     f"tuning: {base.error}. The benchmark is unreliable; fix it and run tune again.")
-            ratios.append(_ratio(cand, base))
-            if rep + 1 >= HOPELESS_PAIRS and min(ratios) > HOPELESS_RATIO:
+            mismatch = compare_evidence(self.evidence.get(bench.workload), cand.evidence,
+                                        bench.tolerance if numerics else None)
+            if mismatch:
+                what = "checksum" if bench.checksum else "output file"
+                return f"{what} {mismatch}"
+            base_by_entry = {b.workload: b for b in base.samples}
+            if {c.workload for c in cand.samples} != set(base_by_entry):
+                return "the candidate reported other entries than the baseline"
+            for c in cand.samples:
+                pair = costs.setdefault(c.workload, ([], []))
+                pair[0].append(c.cost or 0.0)
+                pair[1].append(base_by_entry[c.workload].cost or 0.0)
+            if self._enough(costs, rep + 1, sampling, time.monotonic() - start):
                 break
         return ""
 
+    @staticmethod
+    def _enough(costs: dict[str, tuple[list[float], list[float]]], pairs: int, sampling: Sampling,
+                elapsed: float) -> bool:
+        ratios = [[c / b for c, b in zip(*pair, strict=True)] for pair in costs.values()]
+        if pairs >= HOPELESS_PAIRS and any(min(r) > HOPELESS_RATIO for r in ratios):
+            return True
+        if elapsed > sampling.time_cap:
+            return True
+        if pairs < sampling.min_pairs:
+            return False
+        for cand, base in costs.values():
+            est = ratio_estimate(cand, base)
+            if not (est.faster or est.slower or est.high - est.low < sampling.precision * est.ratio):
+                return False
+        return True
+
+    def _warn_slowdowns(self, run: Run) -> None:
+        for sample in run.samples[:1]:
+            reasons = slowdowns(sample.gpu)
+            if reasons:
+                self.report.note(f"GPU slowdown during {sample.workload}: {', '.join(reasons)} "
+                                 f"(SM clock down to {sample.gpu.get('sm_clock_min_mhz')} MHz); "
+                                 "its measurements are kept but are noisier")
+
     def _outcome(self, evaluation: int) -> Outcome:
-        row = next(r for r in self.store.evaluations(self.target.name, self.arch_keys)
-                   if r.id == evaluation)
-        return summarize(self.store, row)
-
-
-def _ratio(cand: Sample, base: Sample) -> float:
-    assert cand.cost is not None and base.cost is not None
-    return cand.cost / base.cost
+        return summarize(self.store, self.store.evaluation(evaluation))
 
 
 def _last_lines(log: str, n: int = 15) -> str:

@@ -1,28 +1,40 @@
-"""Run one benchmark process and read its measurement from what it printed."""
+"""Run one benchmark process: its measurements, its correctness evidence, the GPU's state."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from compileiq_build import process
-from compileiq_build.project import UNIT_SECONDS, Benchmark
+from compileiq_build.gpu import GpuMonitor
+from compileiq_build.parsers import (
+    ParseError,
+    Reading,
+    is_gbench,
+    is_nvbench,
+    json_object,
+    parse_csv,
+    parse_gbench,
+    parse_nvbench,
+    parse_regex,
+)
+from compileiq_build.project import Benchmark
 
-SUPPORTED_FORMATS = ("regex", "time")
 _TAIL = 2000
-
-
-class ParseError(ValueError):
-    """The benchmark's output does not hold the value its registration promises."""
+_NVBENCH_MARKDOWN = re.compile(r"^# Benchmark Results|\|\s*GPU Time\s*\|", re.M)
+_GBENCH_CONSOLE = re.compile(r"^Benchmark\s+Time\s+CPU\s+Iterations", re.M)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One run of one workload. ``cost`` is lower-is-better (seconds, or 1/rate)."""
+    """One measured value of one workload. ``cost`` is lower-is-better (seconds, or 1/rate)."""
 
     workload: str
     value: float | None  # as the benchmark reported it, in seconds for times
@@ -30,38 +42,28 @@ class Sample:
     wall_s: float
     exit_code: int | None
     error: str  # empty when the run is valid
+    gpu: dict[str, Any] = field(default_factory=dict)  # state during the run
 
     @property
     def ok(self) -> bool:
         return not self.error
 
 
-def parse_value(bench: Benchmark, stdout: str, wall_s: float) -> float:
-    """The measured value: seconds for times, the raw number for rates."""
-    if bench.format == "time":
-        return wall_s
-    if bench.format == "regex":
-        try:
-            pattern = re.compile(bench.regex)
-        except re.error as exc:
-            raise ParseError(f"REGEX {bench.regex!r} is not a valid regular expression: {exc}") from None
-        if pattern.groups < 1:
-            raise ParseError(f"REGEX {bench.regex!r} has no capture group for the value")
-        matches = list(pattern.finditer(stdout))
-        if not matches:
-            raise ParseError(f"REGEX {bench.regex!r} matched nothing in the output")
-        text = matches[-1].group(1)  # the last report: earlier ones may be warm-ups
-        try:
-            number = float(text)
-        except (TypeError, ValueError):
-            raise ParseError(f"REGEX captured {text!r}, which is not a number") from None
-        if not number > 0 or number == float("inf"):
-            raise ParseError(f"measured value {text!r} is not a positive finite number")
-        return number if bench.higher_is_better else number * UNIT_SECONDS[bench.unit]
-    raise ParseError(
-        f"FORMAT {bench.format} is not read by this version; use FORMAT regex with REGEX and UNIT, "
-        "or FORMAT time"
-    )
+@dataclass(frozen=True)
+class Run:
+    """One process run: a sample per reported entry (a single failed sample on error), and
+    the checksum or output file the registration names, for comparison with the baseline."""
+
+    samples: list[Sample]
+    evidence: str | bytes | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.samples)
+
+    @property
+    def error(self) -> str:
+        return next((s.error for s in self.samples if s.error), "")
 
 
 def cost_of(bench: Benchmark, value: float) -> float:
@@ -72,27 +74,139 @@ def _tail(text: str) -> str:
     return text[-_TAIL:].strip()
 
 
-def run_workload(bench: Benchmark, executable: Path, timeout: float,
-                 env: dict[str, str] | None = None) -> Sample:
-    """Run the benchmark once; every failure becomes a Sample with its error."""
+def _gbench_out(args: tuple[str, ...]) -> str | None:
+    for i, a in enumerate(args):
+        if a.startswith("--benchmark_out="):
+            return a.split("=", 1)[1]
+        if a == "--benchmark_out" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _command(bench: Benchmark, executable: Path, scratch: Path) -> list[str]:
+    args = list(bench.args)
+    if bench.format == "gbench" and not any(a.startswith(("--benchmark_format", "--benchmark_out"))
+                                            for a in args):
+        args.append("--benchmark_format=json")
+    if bench.format == "nvbench":
+        args += ["--json", str(scratch / "nvbench.json")]
+    return [str(executable), *args]
+
+
+def _readings(bench: Benchmark, stdout: str, wall: float, workdir: Path, scratch: Path) -> list[Reading]:
+    if bench.format == "time":
+        return [Reading("", wall)]
+    if bench.format == "regex":
+        return parse_regex(bench, stdout)
+    if bench.format == "csv":
+        return parse_csv(bench, stdout)
+    if bench.format == "gbench":
+        out = _gbench_out(bench.args)
+        text = (workdir / out).read_text(errors="replace") if out else stdout
+        return parse_gbench(bench, text)
+    if bench.format == "nvbench":
+        path = scratch / "nvbench.json"
+        if not path.is_file():
+            raise ParseError("the benchmark wrote no NVBench JSON (is it an NVBench program?)")
+        return parse_nvbench(bench, path.read_text(errors="replace"))
+    raise ParseError(f"FORMAT {bench.format} was not resolved; run the baseline first")
+
+
+def _evidence(bench: Benchmark, stdout: str, workdir: Path) -> str | bytes | None:
+    if bench.checksum:
+        matches = list(re.finditer(bench.checksum, stdout))
+        if not matches or not matches[-1].groups():
+            raise ParseError(f"CHECKSUM {bench.checksum!r} matched nothing in the output")
+        return matches[-1].group(1)
+    if bench.output_file:
+        path = workdir / bench.output_file
+        if not path.is_file():
+            raise ParseError(f"the benchmark did not write OUTPUT_FILE {path}")
+        return path.read_bytes()
+    return None
+
+
+def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[str, str] | None = None,
+                 monitor: GpuMonitor | None = None) -> Run:
+    """Run the benchmark once; every failure becomes a sample with its error."""
     workdir = Path(bench.workdir) if bench.workdir else executable.parent
     workdir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    if bench.output_file:
+        (workdir / bench.output_file).unlink(missing_ok=True)  # never read a stale file
+
+    def failed(error: str, wall: float = 0.0, code: int | None = None, gpu: dict | None = None) -> Run:
+        return Run([Sample(bench.workload, None, None, wall, code, error, gpu or {})])
+
+    with tempfile.TemporaryDirectory(prefix="compileiq-run-") as tmp:
+        scratch = Path(tmp)
+        start = time.perf_counter()
+        state: dict[str, Any] = {}
+        try:
+            with (monitor or GpuMonitor.disabled()).watch() as state:
+                proc = process.run(_command(bench, executable, scratch), timeout, cwd=workdir,
+                                   env={**os.environ, **(env or {})})
+        except subprocess.TimeoutExpired:
+            return failed(f"timed out after {timeout:.0f} s", time.perf_counter() - start, gpu=state)
+        except OSError as exc:
+            return failed(f"cannot run {executable}: {exc}")
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            detail = _tail(proc.stderr) or _tail(proc.stdout)
+            return failed(f"exit code {proc.returncode}: {detail}", wall, proc.returncode, state)
+        try:
+            readings = _readings(bench, proc.stdout, wall, workdir, scratch)
+            evidence = _evidence(bench, proc.stdout, workdir)
+        except (ParseError, OSError) as exc:
+            return failed(f"{exc}; output ends: {_tail(proc.stdout)[-300:]}", wall, 0, state)
+    samples = [Sample(f"{bench.workload}/{r.entry}" if r.entry else bench.workload, r.value,
+                      cost_of(bench, r.value), wall, 0, "", state) for r in readings]
+    return Run(samples, evidence)
+
+
+def resolve_format(bench: Benchmark, executable: Path, timeout: float) -> Benchmark:
+    """FORMAT auto: run once and recognise Google Benchmark (JSON or its console table) or
+    NVBench (JSON or its markdown tables); later runs then ask them for JSON."""
+    if bench.format != "auto":
+        return bench
+    if bench.regex:
+        return replace(bench, format="regex")
+    workdir = Path(bench.workdir) if bench.workdir else executable.parent
     try:
-        proc = process.run([str(executable), *bench.args], timeout, cwd=workdir,
-                           env={**os.environ, **(env or {})})
-    except subprocess.TimeoutExpired:
-        return Sample(bench.workload, None, None, time.perf_counter() - start, None,
-                      f"timed out after {timeout:.0f} s")
-    except OSError as exc:
-        return Sample(bench.workload, None, None, 0.0, None, f"cannot run {executable}: {exc}")
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        detail = _tail(proc.stderr) or _tail(proc.stdout)
-        return Sample(bench.workload, None, None, wall, proc.returncode,
-                      f"exit code {proc.returncode}: {detail}")
+        proc = process.run([str(executable), *bench.args], timeout, cwd=workdir)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ParseError(f"cannot run it to recognise its output: {exc}") from None
+    doc = json_object(proc.stdout)
+    if is_gbench(doc) or _GBENCH_CONSOLE.search(proc.stdout):
+        return replace(bench, format="gbench")
+    if is_nvbench(doc) or _NVBENCH_MARKDOWN.search(proc.stdout):
+        return replace(bench, format="nvbench")
+    raise ParseError("FORMAT auto recognises Google Benchmark JSON and NVBench output, and found "
+                     "neither; register it with FORMAT regex (REGEX, UNIT), csv (COLUMN) or time")
+
+
+def compare_evidence(reference: str | bytes | None, got: str | bytes | None,
+                     tolerance: float | None) -> str:
+    """Empty when `got` matches the baseline's evidence, else why not."""
+    if reference is None:
+        return ""
+    if got == reference:
+        return ""
+    if tolerance is None:
+        return "differs from the baseline's (exact match required)"
+    ref_numbers, got_numbers = _numbers(reference), _numbers(got)
+    if ref_numbers is None or got_numbers is None or len(ref_numbers) != len(got_numbers):
+        return "differs from the baseline's and is not comparable as numbers"
+    for i, (a, b) in enumerate(zip(ref_numbers, got_numbers, strict=True)):
+        if not (math.isfinite(b) and abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-30)):
+            return f"value {i} is {b!r}, the baseline's {a!r}: beyond TOLERANCE {tolerance:g}"
+    return ""
+
+
+def _numbers(evidence: str | bytes | None) -> list[float] | None:
+    if evidence is None:
+        return None
     try:
-        value = parse_value(bench, proc.stdout, wall)
-    except ParseError as exc:
-        return Sample(bench.workload, None, None, wall, 0, f"{exc}; output ends: {_tail(proc.stdout)[-300:]}")
-    return Sample(bench.workload, value, cost_of(bench, value), wall, 0, "")
+        text = evidence.decode() if isinstance(evidence, bytes) else evidence
+        return [float(t) for t in re.split(r"[\s,;]+", text.strip()) if t]
+    except (UnicodeDecodeError, ValueError):
+        return None

@@ -63,6 +63,9 @@ class Benchmark:
     workdir: str
     timeout: float | None
     labels: tuple[str, ...]
+    checksum: str = ""  # regex whose first group is a printed checksum, compared with the baseline's
+    output_file: str = ""  # a file the benchmark writes, compared with the baseline's
+    tolerance: float | None = None  # relative, for numerics-changing candidates
 
     @property
     def workload(self) -> str:
@@ -107,6 +110,14 @@ def _strs(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CompileIQError(f"{where}: '{key}' should be a list of strings, got {value!r}")
     return tuple(value)
+
+
+def _number(d: dict[str, Any], key: str, where: str) -> float | None:
+    text = _str(d, key, where)
+    try:
+        return float(text) if text else None
+    except ValueError:
+        raise CompileIQError(f"{where}: {key} {text!r} is not a number") from None
 
 
 def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:
@@ -193,11 +204,8 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
         unit = _str(b, "unit", bw) or "s"
         if unit not in UNIT_SECONDS:
             raise CompileIQError(f"{bw}: unknown unit {unit!r}")
-        timeout_text = _str(b, "timeout", bw)
-        try:
-            timeout = float(timeout_text) if timeout_text else None
-        except ValueError:
-            raise CompileIQError(f"{bw}: timeout {timeout_text!r} is not a number") from None
+        timeout = _number(b, "timeout", bw)
+        tolerance = _number(b, "tolerance", bw)
         benchmarks.append(
             Benchmark(
                 name=_str(b, "name", bw),
@@ -214,6 +222,9 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
                 workdir=_str(b, "workdir", bw),
                 timeout=timeout,
                 labels=_strs(b, "labels", bw),
+                checksum=_str(b, "checksum", bw),
+                output_file=_str(b, "output_file", bw),
+                tolerance=tolerance,
             )
         )
     return Project(

@@ -111,6 +111,10 @@ class FlagSpace:
     def default_config(self) -> dict[str, str]:
         return {dim.key: DEFAULT for dim in self.dimensions}
 
+    def changes_numerics(self, config: Mapping[str, str]) -> bool:
+        """Whether a configuration sets any numerics-changing option."""
+        return any(d.numerics and config.get(d.key, DEFAULT) != DEFAULT for d in self.dimensions)
+
     def flags(self, config: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
         """Flags per language for a configuration (dimension key -> value)."""
         out: dict[str, list[str]] = {}

@@ -16,7 +16,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 
 STORE = Path("compileiq") / "results.sqlite"
-SCHEMA = 1
+SCHEMA = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS samples (
   evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
   workload TEXT NOT NULL, role TEXT NOT NULL, rep INTEGER NOT NULL,
   value REAL, cost REAL, wall_s REAL NOT NULL, exit_code INTEGER, error TEXT NOT NULL,
-  created REAL NOT NULL);
+  created REAL NOT NULL, gpu TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
 """
 
@@ -74,6 +74,10 @@ class Store:
             row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            elif row[0] == "1":  # schema 1 lacked the GPU state of each sample
+                with self._tx() as db:
+                    db.execute("ALTER TABLE samples ADD COLUMN gpu TEXT NOT NULL DEFAULT '{}'")
+                    db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA),))
             elif row[0] != str(SCHEMA):
                 raise CompileIQError(
                     f"{path} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
@@ -128,9 +132,9 @@ class Store:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO samples (evaluation_id, workload, role, rep, value, cost, wall_s,"
-                " exit_code, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " exit_code, error, created, gpu) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (evaluation, sample.workload, role, rep, sample.value, sample.cost, sample.wall_s,
-                 sample.exit_code, sample.error, time.time()))
+                 sample.exit_code, sample.error, time.time(), json.dumps(sample.gpu, sort_keys=True)))
 
     def evaluations(self, target: str | None = None, arch_keys: Mapping[str, str] | None = None,
                     phase: str | None = None) -> list[EvaluationRow]:
@@ -145,6 +149,9 @@ class Store:
         rows = self.db.execute(query + " ORDER BY id", args).fetchall()
         return [EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6],
                               r[7], r[8], r[9], r[10]) for r in rows]
+
+    def evaluation(self, evaluation: int) -> EvaluationRow:
+        return next(r for r in self.evaluations() if r.id == evaluation)
 
     def samples(self, evaluation: int) -> list[tuple[str, str, int, float | None, str]]:
         """(workload, role, rep, cost, error) in the order they were taken."""
@@ -164,7 +171,7 @@ class Store:
         return pd.read_sql_query(
             "SELECT s.id AS sample_id, s.created, e.session_id, s.evaluation_id, e.target,"
             " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, s.workload,"
-            " s.role, s.rep, s.value, s.cost, s.wall_s, s.exit_code, s.error"
+            " s.role, s.rep, s.value, s.cost, s.wall_s, s.exit_code, s.error, s.gpu"
             " FROM samples s JOIN evaluations e ON e.id = s.evaluation_id ORDER BY s.id", self.db)
 
     def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:

@@ -22,7 +22,8 @@ from filelock import FileLock, Timeout
 from compileiq_build import environment
 from compileiq_build.build import BuildTree
 from compileiq_build.errors import CompileIQError, Interrupted
-from compileiq_build.evaluate import Evaluator
+from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.gpu import GpuMonitor
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, load_project
 from compileiq_build.search import Trial, config_key, make_strategy
@@ -48,7 +49,10 @@ class TuneOptions:
     output: Path | None = None
     jobs: int | None = None
     build_timeout: float | None = None  # seconds per candidate build; default 20x the baseline's
-    repeats: int = 5  # paired runs per workload and candidate
+    repeats: int = 5  # paired runs per workload and candidate, at least
+    max_repeats: int = 20  # ... and at most
+    precision: float = 0.005  # stop pairing once the interval is this narrow (relative)
+    measure_time_cap: float = 300.0  # seconds per workload and candidate
     allow_numerics_change: bool = False
     max_stage: int = 3
     fresh: bool = False
@@ -85,9 +89,8 @@ def select_targets(project: Project, names: Sequence[str], has_gpu: bool) -> lis
     return chosen
 
 
-def _check_benchmarks(project: Project, benches: Sequence[Benchmark]) -> None:
-    from compileiq_build.measure import SUPPORTED_FORMATS
-
+def _check_benchmarks(benches: Sequence[Benchmark]) -> None:
+    """Programs that are not targets of the project must exist before anything is built."""
     for b in benches:
         if not b.executable_target:
             found = Path(b.executable).is_file() if "/" in b.executable else shutil.which(b.executable)
@@ -95,11 +98,6 @@ def _check_benchmarks(project: Project, benches: Sequence[Benchmark]) -> None:
                 raise CompileIQError(
                     f"benchmark '{b.name}': the program {b.executable} does not exist. Name an "
                     "executable target of the project in COMMAND, or a program that is installed.")
-        fmt = "regex" if b.format == "auto" and b.regex else b.format
-        if fmt not in SUPPORTED_FORMATS:
-            raise CompileIQError(
-                f"benchmark '{b.workload}' uses FORMAT {b.format}, which this version does not read "
-                "yet. Use FORMAT regex with REGEX and UNIT (or HIGHER_IS_BETTER), or FORMAT time.")
 
 
 @contextmanager
@@ -145,7 +143,7 @@ class Tuner:
     def run(self, command: str) -> TuneResult:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus))
         for t in targets:
-            _check_benchmarks(self.project, self.project.benchmarks_for(t.name))
+            _check_benchmarks(self.project.benchmarks_for(t.name))
         lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
         try:
             lock.acquire(timeout=0)
@@ -176,21 +174,23 @@ class Tuner:
             tree.configure(arch)
             tree.write_flags({})
         tree_project = candidate_tree.project
+        monitor = GpuMonitor(enabled=bool(arch))
         result = TuneResult()
         for target in targets:
             evaluator = Evaluator(
                 target=tree_project.target(target.name),
                 benchmarks=tree_project.benchmarks_for(target.name),
                 baseline_tree=baseline_tree, candidate_tree=candidate_tree,
-                store=store, session=session, repeats=self.options.repeats,
-                jobs=self.options.jobs, report=self.report, build_timeout=self.options.build_timeout)
+                store=store, session=session, sampling=self._sampling(),
+                jobs=self.options.jobs, report=self.report, build_timeout=self.options.build_timeout,
+                monitor=monitor)
             evaluator.prepare_baseline()
             space = self._space(target, tree_project)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                              f"{space.size} configurations; strategy {self.options.strategy}")
             self._search(evaluator, space)
             result.evaluations += len(store.evaluations(target.name, evaluator.arch_keys, "search"))
-            decision = self._validate(evaluator, store)
+            decision = self._validate(evaluator, store, space)
             if isinstance(decision, Winner):
                 result.winners.append(decision)
                 self.report.note(f"{target.name}: winner {decision.config_key} "
@@ -239,10 +239,15 @@ class Tuner:
                 return
             self.report.progress(evaluator.target.name, len(trials), self.options.budget,
                                  config_key(config))
-            outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search")
+            outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",
+                                         numerics=space.changes_numerics(config))
             self.report.outcome(evaluator.target.name, outcome)
 
-    def _validate(self, evaluator: Evaluator, store: Store) -> Winner | NoWinner:
+    def _sampling(self) -> Sampling:
+        o = self.options
+        return Sampling(o.repeats, max(o.repeats, o.max_repeats), o.precision, o.measure_time_cap)
+
+    def _validate(self, evaluator: Evaluator, store: Store, space: FlagSpace) -> Winner | NoWinner:
         """Re-measure the best few with twice the runs: a best-of-N pick is biased low."""
         name, arch = evaluator.target.name, evaluator.arch_keys
         validated = {o.evaluation.config_key for o in outcomes(store, name, arch, "validate")}
@@ -253,7 +258,8 @@ class Tuner:
             self.check_interrupt()
             self.report.phase(f"validating {name}: {row.config_key}")
             check = evaluator.evaluate(row.config, {k: tuple(v) for k, v in row.flags.items()},
-                                       row.strategy, "validate", repeats=2 * self.options.repeats)
+                                       row.strategy, "validate", numerics=space.changes_numerics(row.config),
+                                       sampling=self._sampling().scaled(2))
             if check.faster:
                 break
             self.report.note(f"{name}: {row.config_key} did not hold up when re-measured")

@@ -10,8 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compileiq_build.measure import ParseError, parse_value, run_workload
+from compileiq_build.measure import compare_evidence, run_workload
+from compileiq_build.parsers import ParseError, parse_regex
 from compileiq_build.project import Benchmark
+
+
+def parse_value(bench: Benchmark, text: str, wall: float) -> float:
+    """The single value a time or regex benchmark reports."""
+    if bench.format == "time":
+        return wall
+    (reading,) = parse_regex(bench, text)
+    return reading.value
 
 
 def bench(**kw) -> Benchmark:
@@ -63,11 +72,6 @@ def test_bad_regex_registration():
         parse_value(bench(regex="(unclosed"), "x", 0.1)
 
 
-def test_formats_of_the_measurement_issue_say_so():
-    with pytest.raises(ParseError, match="FORMAT nvbench is not read by this version"):
-        parse_value(bench(format="nvbench"), "{}", 0.1)
-
-
 @given(st.text(), st.sampled_from([r"time_ms: ([0-9.eE+-]+)", r"(\S+)", r"=\s*(.*)$"]),
        st.booleans())
 def test_hostile_output_gives_a_positive_number_or_a_parse_error(text, regex, higher):
@@ -88,17 +92,17 @@ def _script(tmp_path: Path, body: str) -> Path:
 
 def test_run_workload_records_value_and_wall_time(tmp_path):
     exe = _script(tmp_path, "print('time_ms: 1.5')")
-    sample = run_workload(bench(), exe, timeout=30)
+    (sample,) = run_workload(bench(), exe, timeout=30).samples
     assert sample.ok and sample.value == pytest.approx(1.5e-3) and sample.cost == sample.value
     assert sample.wall_s > 0 and sample.exit_code == 0
 
 
 def test_run_workload_failures_are_samples_with_reasons(tmp_path):
     crash = _script(tmp_path, "print('check: FAILED', file=sys.stderr); sys.exit(3)")
-    sample = run_workload(bench(), crash, timeout=30)
+    (sample,) = run_workload(bench(), crash, timeout=30).samples
     assert not sample.ok and sample.exit_code == 3 and "check: FAILED" in sample.error
     hang = _script(tmp_path, "time.sleep(30)")
-    sample = run_workload(bench(), hang, timeout=0.5)
+    (sample,) = run_workload(bench(), hang, timeout=0.5).samples
     assert not sample.ok and "timed out" in sample.error
     missing = run_workload(bench(), tmp_path / "missing", timeout=5)
     assert not missing.ok and "cannot run" in missing.error
@@ -106,5 +110,30 @@ def test_run_workload_failures_are_samples_with_reasons(tmp_path):
 
 def test_rates_become_costs(tmp_path):
     exe = _script(tmp_path, "print('gbps: 400')")
-    sample = run_workload(bench(regex=r"gbps: (\S+)", higher_is_better=True), exe, timeout=30)
+    (sample,) = run_workload(bench(regex=r"gbps: (\S+)", higher_is_better=True), exe, timeout=30).samples
     assert sample.value == 400 and sample.cost == pytest.approx(1 / 400)
+
+
+def test_checksum_and_output_file_evidence(tmp_path):
+    exe = _script(tmp_path, "print('time_ms: 1\\nchecksum: 3.14159')\nopen('out.txt', 'w').write('1 2 3')")
+    run = run_workload(bench(checksum=r"checksum: (\S+)", workdir=str(tmp_path)), exe, timeout=30)
+    assert run.ok and run.evidence == "3.14159"
+    run = run_workload(bench(output_file="out.txt", workdir=str(tmp_path)), exe, timeout=30)
+    assert run.ok and run.evidence == b"1 2 3"
+    missing = run_workload(bench(checksum=r"crc=(\d+)", workdir=str(tmp_path)), exe, timeout=30)
+    assert not missing.ok and "CHECKSUM" in missing.error
+
+
+@pytest.mark.parametrize("ref,got,tol,ok", [
+    ("3.14159", "3.14159", None, True),
+    ("3.14159", "3.14160", None, False),
+    ("3.14159", "3.14160", 1e-4, True),
+    ("3.14159", "3.2", 1e-4, False),
+    (b"1 2 3", b"1 2 3.0000001", 1e-6, True),
+    (b"1 2 3", b"1 2", 1e-3, False),
+    (b"\xff\xfe", b"\xff\xff", 1e-3, False),
+    ("1.0", "nan", 1e-3, False),
+    (None, "anything", None, True),
+])
+def test_compare_evidence(ref, got, tol, ok):
+    assert (compare_evidence(ref, got, tol) == "") is ok

@@ -93,6 +93,7 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight(cxx_project, configure):
     ("hang", "invalid", "timed out after 3 s"),
     ("garbage", "invalid", "matched nothing in the output; output ends: time_ms: banana"),
     ("wrong", "invalid", "check: FAILED result 41, expected 42"),
+    ("checksum", "invalid", "checksum differs from the baseline's (exact match required)"),
 ])
 def test_broken_candidates_are_recorded_and_never_win(fault, status, reason, tmp_path, configure):
     src = tmp_path / "faulty"
@@ -183,7 +184,7 @@ def test_report_exports_one_row_per_stored_measurement(cxx_project, configure, t
     assert list(first.columns) == ["sample_id", "created", "session_id", "evaluation_id", "target",
                                    "arch_keys", "config_key", "config", "flags", "strategy", "phase",
                                    "workload", "role", "rep", "value", "cost", "wall_s", "exit_code",
-                                   "error"]
+                                   "error", "gpu"]
     assert pd.read_parquet(parquet).equals(pd.read_parquet(parquet))
     assert len(pd.read_parquet(parquet)) == len(first)
     # More tuning later: the rows already exported stay exactly as they were.

@@ -1,0 +1,117 @@
+"""Parsers on outputs captured from the real programs (tests/data/), and on hostile input."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compileiq_build.measure import resolve_format, run_workload
+from compileiq_build.parsers import ParseError, parse_csv, parse_gbench, parse_nvbench, parse_regex
+from compileiq_build.project import Benchmark
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def bench(**kw) -> Benchmark:
+    base = dict(name="b", index=0, executable="", executable_target="", args=(), targets=("t",),
+                format="gbench", regex="", column="", unit="s", higher_is_better=False, workdir="",
+                timeout=None, labels=())
+    base.update(kw)
+    return Benchmark(**base)
+
+
+def test_gbench_plain_run_gives_one_workload_per_case():
+    readings = parse_gbench(bench(), (DATA / "gbench_plain.json").read_text())
+    names = [r.entry for r in readings]
+    assert names == ["sum_list/1024", "sum_list/4096", "sum_list/16384", "sort_small"]
+    raw = json.loads((DATA / "gbench_plain.json").read_text())["benchmarks"]
+    assert readings[0].value == pytest.approx(raw[0]["real_time"] * 1e-9)  # time_unit ns -> s
+
+
+def test_gbench_repetitions_use_the_median_aggregate():
+    (reading,) = parse_gbench(bench(), (DATA / "gbench_repetitions.json").read_text())
+    raw = json.loads((DATA / "gbench_repetitions.json").read_text())["benchmarks"]
+    median = next(b for b in raw if b.get("aggregate_name") == "median")
+    assert reading.entry == "" and reading.value == pytest.approx(median["real_time"] * 1e-9)
+
+
+def test_gbench_console_output_is_refused_with_advice():
+    with pytest.raises(ParseError, match="--benchmark_format=json"):
+        parse_gbench(bench(), (DATA / "gbench_console.txt").read_text())
+
+
+def test_real_google_benchmark_process(tmp_path):
+    pytest.importorskip("google_benchmark")
+    exe = tmp_path / "gb.py"
+    exe.write_text(f"#!{sys.executable}\n" + (DATA / "gbench_program.py").read_text())
+    exe.chmod(0o755)
+    b = bench(args=("--benchmark_min_time=0.01s", "--benchmark_filter=sum_list"), format="auto")
+    resolved = resolve_format(b, exe, timeout=120)
+    assert resolved.format == "gbench"  # FORMAT auto recognised the JSON
+    run = run_workload(resolved, exe, timeout=120)
+    assert run.ok, run.error
+    assert [s.workload for s in run.samples] == ["b[--benchmark_min_time=0.01s --benchmark_filter=sum_list]/"
+                                                 f"sum_list/{n}" for n in (1024, 4096, 16384)]
+    assert all(s.cost and s.cost > 0 for s in run.samples)
+
+
+NVBENCH = sorted(DATA.glob("nvbench_*.json"))
+
+
+@pytest.mark.skipif(not NVBENCH, reason="no captured NVBench output")
+@pytest.mark.parametrize("path", NVBENCH, ids=[p.name for p in NVBENCH])
+def test_nvbench_captured_outputs(path):
+    doc = json.loads(path.read_text())
+    readings = parse_nvbench(bench(format="nvbench"), path.read_text())
+    states = [s for b in doc["benchmarks"] for s in b["states"] if not s.get("is_skipped")]
+    assert len(readings) == (len(states) if len(states) > 1 else 1)
+    for r in readings:
+        assert 0 < r.value < 10
+    if len(states) > 1:
+        assert len({r.entry for r in readings}) == len(readings)
+
+
+def test_csv_column_and_rows():
+    text = "size,time_ms,gflops\n1024,0.5,10\n2048,3.5,12\n"
+    rows = parse_csv(bench(format="csv", column="time_ms", unit="ms"), "warming up\n" + text)
+    assert [(r.entry, r.value) for r in rows] == [("1024", 0.0005), ("2048", 0.0035)]
+    (one,) = parse_csv(bench(format="csv", column="gflops", higher_is_better=True), "gflops\n12.5\n")
+    assert one.entry == "" and one.value == 12.5
+    with pytest.raises(ParseError, match="no CSV with a column 'missing'"):
+        parse_csv(bench(format="csv", column="missing"), text)
+
+
+@given(st.text(max_size=300))
+def test_hostile_text_never_crashes_a_parser(text):
+    for parse, b in ((parse_gbench, bench()), (parse_nvbench, bench(format="nvbench")),
+                     (parse_csv, bench(format="csv", column="t")),
+                     (parse_regex, bench(format="regex", regex=r"t=(\S+)"))):
+        try:
+            readings = parse(b, text)
+        except ParseError:
+            continue
+        assert all(r.value > 0 and math.isfinite(r.value) for r in readings)
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=5) | st.integers(),
+                       lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                           st.sampled_from(["benchmarks", "context", "states", "summaries", "tag", "data",
+                                            "name", "value", "real_time", "time_unit", "run_type"]),
+                           c, max_size=4), max_leaves=25)
+
+
+@given(JSONISH)
+def test_hostile_json_never_crashes_the_json_parsers(doc):
+    text = json.dumps(doc)
+    for parse, b in ((parse_gbench, bench()), (parse_nvbench, bench(format="nvbench"))):
+        try:
+            readings = parse(b, text)
+        except ParseError:
+            continue
+        assert all(r.value > 0 and math.isfinite(r.value) for r in readings)
