@@ -44,6 +44,23 @@ class Sampling:
                         self.time_cap * factor)
 
 
+def sampling_done(costs: Mapping[str, tuple[list[float], list[float]]], pairs: int, sampling: Sampling,
+                  elapsed: float) -> bool:
+    """The stopping rule: costs maps each workload entry to (candidate, baseline) costs, paired."""
+    ratios = [[c / b for c, b in zip(*pair, strict=True)] for pair in costs.values()]
+    if pairs >= HOPELESS_PAIRS and any(min(r) > HOPELESS_RATIO for r in ratios):
+        return True
+    if elapsed > sampling.time_cap:
+        return True
+    if pairs < sampling.min_pairs:
+        return False
+    for cand, base in costs.values():
+        est = ratio_estimate(cand, base)
+        if not (est.faster or est.slower or est.high - est.low < sampling.precision * est.ratio):
+            return False
+    return True
+
+
 class Evaluator:
     def __init__(self, target: Target, benchmarks: list[Benchmark], baseline_tree: BuildTree,
                  candidate_tree: BuildTree, store: Store, session: int, sampling: Sampling,
@@ -173,25 +190,9 @@ class Evaluator:
                 pair = costs.setdefault(c.workload, ([], []))
                 pair[0].append(c.cost or 0.0)
                 pair[1].append(base_by_entry[c.workload].cost or 0.0)
-            if self._enough(costs, rep + 1, sampling, time.monotonic() - start):
+            if sampling_done(costs, rep + 1, sampling, time.monotonic() - start):
                 break
         return ""
-
-    @staticmethod
-    def _enough(costs: dict[str, tuple[list[float], list[float]]], pairs: int, sampling: Sampling,
-                elapsed: float) -> bool:
-        ratios = [[c / b for c, b in zip(*pair, strict=True)] for pair in costs.values()]
-        if pairs >= HOPELESS_PAIRS and any(min(r) > HOPELESS_RATIO for r in ratios):
-            return True
-        if elapsed > sampling.time_cap:
-            return True
-        if pairs < sampling.min_pairs:
-            return False
-        for cand, base in costs.values():
-            est = ratio_estimate(cand, base)
-            if not (est.faster or est.slower or est.high - est.low < sampling.precision * est.ratio):
-                return False
-        return True
 
     def _warn_slowdowns(self, run: Run) -> None:
         for sample in run.samples[:1]:

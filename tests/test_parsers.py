@@ -115,3 +115,19 @@ def test_hostile_json_never_crashes_the_json_parsers(doc):
         except ParseError:
             continue
         assert all(r.value > 0 and math.isfinite(r.value) for r in readings)
+
+
+@pytest.mark.gpu
+def test_real_nvbench_process(tmp_path):
+    pytest.importorskip("cuda.bench")
+    pytest.importorskip("cupy")
+    exe = tmp_path / "nv.py"
+    exe.write_text(f"#!{sys.executable}\n" + (DATA / "nvbench_program.py").read_text())
+    exe.chmod(0o755)
+    b = bench(args=("-b", "saxpy"), format="auto")
+    resolved = resolve_format(b, exe, timeout=300)
+    assert resolved.format == "nvbench"  # recognised from its markdown output
+    run = run_workload(resolved, exe, timeout=300)
+    assert run.ok, run.error
+    assert len(run.samples) == 2  # one workload per NVBench state (two Elements values)
+    assert all(s.workload.startswith("b[-b saxpy]/saxpy[") and s.cost > 0 for s in run.samples)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import sys
 
@@ -64,3 +66,8 @@ def test_demo_tunes_the_cuda_targets_on_a_gpu(tmp_path):
     assert "(sm_" in text
     for target in CUDA_TARGETS:
         assert target in text
+    # The GPU's state during every valid run is stored with the sample.
+    db = sqlite3.connect(tmp_path / "build" / "compileiq" / "results.sqlite")
+    states = [json.loads(g) for (g,) in db.execute("SELECT gpu FROM samples WHERE error=''")]
+    assert states and all(s.get("uuid", "").startswith("GPU-") and s["sm_clock_max_mhz"] > 0
+                          for s in states)
