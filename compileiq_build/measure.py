@@ -17,9 +17,7 @@ from compileiq_build.gpu import GpuMonitor
 from compileiq_build.parsers import (
     ParseError,
     Reading,
-    is_gbench,
-    is_nvbench,
-    json_object,
+    detect_format,
     parse_csv,
     parse_gbench,
     parse_nvbench,
@@ -28,8 +26,6 @@ from compileiq_build.parsers import (
 from compileiq_build.project import Benchmark
 
 _TAIL = 2000
-_NVBENCH_MARKDOWN = re.compile(r"^# Benchmark Results|\|\s*GPU Time\s*\|", re.M)
-_GBENCH_CONSOLE = re.compile(r"^Benchmark\s+Time\s+CPU\s+Iterations", re.M)
 
 
 @dataclass(frozen=True)
@@ -175,11 +171,9 @@ def resolve_format(bench: Benchmark, executable: Path, timeout: float) -> Benchm
         proc = process.run([str(executable), *bench.args], timeout, cwd=workdir)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ParseError(f"cannot run it to recognise its output: {exc}") from None
-    doc = json_object(proc.stdout)
-    if is_gbench(doc) or _GBENCH_CONSOLE.search(proc.stdout):
-        return replace(bench, format="gbench")
-    if is_nvbench(doc) or _NVBENCH_MARKDOWN.search(proc.stdout):
-        return replace(bench, format="nvbench")
+    found = detect_format(proc.stdout)
+    if found:
+        return replace(bench, format=found)
     raise ParseError("FORMAT auto recognises Google Benchmark JSON and NVBench output, and found "
                      "neither; register it with FORMAT regex (REGEX, UNIT), csv (COLUMN) or time")
 

@@ -25,6 +25,10 @@ _NVBENCH_TAGS = ("nv/cold/time/gpu/median", "nv/cold/time/gpu/mean", "nv/batch/t
                  "nv/cold/time/cpu/median", "nv/cold/time/cpu/mean")
 
 
+_NVBENCH_MARKDOWN = re.compile(r"^# Benchmark Results|\|\s*GPU Time\s*\||^Run:\s+\[\d+/\d+\]", re.M)
+_GBENCH_CONSOLE = re.compile(r"^Benchmark\s+Time\s+CPU\s+Iterations", re.M)
+
+
 class ParseError(ValueError):
     """The benchmark's output does not hold the value its registration promises."""
 
@@ -116,6 +120,17 @@ def is_nvbench(doc: dict[str, Any] | None) -> bool:
     benches = doc.get("benchmarks") if doc else None
     return isinstance(benches, list) and bool(benches) and all(
         isinstance(b, dict) and "states" in b for b in benches)
+
+
+def detect_format(output: str) -> str | None:
+    """FORMAT auto: 'gbench' for Google Benchmark (JSON or console table), 'nvbench' for
+    NVBench (JSON, markdown or its run log), else None."""
+    doc = json_object(output)
+    if is_gbench(doc) or _GBENCH_CONSOLE.search(output):
+        return "gbench"
+    if is_nvbench(doc) or _NVBENCH_MARKDOWN.search(output):
+        return "nvbench"
+    return None
 
 
 def parse_gbench(bench: Benchmark, text: str) -> list[Reading]:

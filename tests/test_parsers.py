@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compileiq_build.measure import resolve_format, run_workload
-from compileiq_build.parsers import ParseError, parse_csv, parse_gbench, parse_nvbench, parse_regex
+from compileiq_build.parsers import (
+    ParseError,
+    detect_format,
+    parse_csv,
+    parse_gbench,
+    parse_nvbench,
+    parse_regex,
+)
 from compileiq_build.project import Benchmark
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -75,6 +82,15 @@ def test_nvbench_captured_outputs(path):
         assert 0 < r.value < 10
     if len(states) > 1:
         assert len({r.entry for r in readings}) == len(readings)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("gbench_plain.json", "gbench"), ("gbench_console.txt", "gbench"),
+    ("nvbench_markdown.txt", "nvbench"), ("nvbench_single.json", "nvbench"),
+])
+def test_format_auto_recognises_captured_outputs(name, expected):
+    assert detect_format((DATA / name).read_text()) == expected
+    assert detect_format("time_ms: 1.0\ncheck: ok\n") is None
 
 
 def test_csv_column_and_rows():

@@ -60,7 +60,8 @@ def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
 def test_demo_tunes_the_cuda_targets_on_a_gpu(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "compileiq_build", "demo", "--workdir", str(tmp_path),
-         "--budget", "3", "--repeats", "5"], capture_output=True, text=True, timeout=3000)
+         "--budget", "2", "--repeats", "3", "--max-repeats", "6"], capture_output=True, text=True,
+        timeout=3000)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (tmp_path / "sample_project" / "compileiq-toolchain.cmake").read_text()
     assert "(sm_" in text
