@@ -115,6 +115,14 @@ CASES = {
     "command_is_library": ("compileiq_tune(lib LANGUAGES CXX)\n"
                            "compileiq_add_benchmark(b COMMAND lib FORMAT time TARGETS lib)",
                            r"COMMAND 'lib' is a STATIC_LIBRARY, not an executable"),
+    "tolerance_alone": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                        "compileiq_add_benchmark(b COMMAND exe FORMAT time TOLERANCE 1e-3)",
+                        r"TOLERANCE applies to CHECKSUM or OUTPUT_FILE"),
+    "checksum_without_group": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                               "compileiq_add_benchmark(b COMMAND exe FORMAT time CHECKSUM \"sum: \")",
+                               r"CHECKSUM needs a capture group"),
+    "bad_tolerance": ("compileiq_tune(lib LANGUAGES CXX)\ncompileiq_add_benchmark(b COMMAND exe "
+                      "FORMAT time CHECKSUM \"s=(.*)\" TOLERANCE lots)", r"TOLERANCE must be a relative"),
     "bad_timeout": ("compileiq_tune(lib LANGUAGES CXX)\n"
                     "compileiq_add_benchmark(b COMMAND exe FORMAT time TIMEOUT soon)",
                     r"TIMEOUT must be a number of seconds"),
