@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     r.add_argument("--csv", type=Path, metavar="PATH", help="also export every measurement as CSV")
     r.add_argument("--parquet", type=Path, metavar="PATH", help="also export every measurement as Parquet")
+    r.add_argument("--html", type=Path, metavar="PATH",
+                   help="also write a self-contained HTML report with charts")
 
     e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
     e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
@@ -162,9 +164,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
     elif args.verb == "report":
-        from compileiq_build.report import export, report
+        from compileiq_build.report import export, html, report
 
         print(report(args.build_dir))
+        if args.html:
+            print(f"HTML report written to {html(args.build_dir, args.html)}")
         if args.csv or args.parquet:
             rows = export(args.build_dir, args.csv, args.parquet)
             for path in (args.csv, args.parquet):

@@ -102,6 +102,19 @@ def export(build_dir: Path, csv: Path | None, parquet: Path | None) -> int:
     return len(table)
 
 
+def html(build_dir: Path, path: Path) -> Path:
+    from compileiq_build.html_report import write_html
+
+    store = _open(build_dir)
+    try:
+        write_html(store, path, f"Tuning report: {build_dir.resolve().name}")
+    except OSError as exc:
+        raise CompileIQError(f"cannot write the HTML report {path}: {exc.strerror or exc}") from None
+    finally:
+        store.close()
+    return path.resolve()
+
+
 def emit(build_dir: Path, output: Path | None, merge: Sequence[Path] = ()) -> Path:
     """The toolchain file from stored results: this build folder's store, plus the stores
     of other machines (one per GPU architecture) with a portable set across them."""

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -173,6 +174,11 @@ class Store:
             " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, s.workload,"
             " s.role, s.rep, s.value, s.cost, s.wall_s, s.exit_code, s.error, s.gpu"
             " FROM samples s JOIN evaluations e ON e.id = s.evaluation_id ORDER BY s.id", self.db)
+
+    def gpu_states(self) -> list[dict[str, Any]]:
+        """The GPU state recorded with each sample that has one."""
+        rows = self.db.execute("SELECT gpu FROM samples WHERE gpu != '{}'").fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:
         rows = self.db.execute("SELECT id, started, command, environment FROM sessions ORDER BY id")
