@@ -45,6 +45,17 @@ Commands
   the baseline's exactly, or within the relative ``TOLERANCE`` for candidates
   whose flags change floating-point results.
 
+CTest
+^^^^^
+
+Each registration is also a test labelled ``compileiq`` (plus its ``LABELS``,
+and ``gpu`` for benchmarks of CUDA targets):
+``ctest -L compileiq`` runs the benchmarks with the current flags, after
+``enable_testing()`` (or ``include(CTest)``) in the project.  Benchmarks of
+CUDA targets ask for one GPU each (``RESOURCE_GROUPS gpus:1``); the module
+writes a resource spec of this machine's GPUs (``<build>/compileiq/ctest-resources.json``)
+and sets ``CTEST_RESOURCE_SPEC_FILE``, so CTest runs one benchmark per GPU at a time.
+
 What the module writes and reads
 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 
@@ -421,6 +432,43 @@ function(_compileiq_json_strings out)
   set(${out} "${json}" PARENT_SCOPE)
 endfunction()
 
+# Each registration is also a CTest test; those of CUDA targets hold one GPU.
+function(_compileiq_add_ctest name index exe args workdir labels targets)
+  set(test "compileiq.${name}.${index}")
+  add_test(NAME "${test}" COMMAND "${exe}" ${args} WORKING_DIRECTORY "${workdir}")
+  set(all_labels compileiq ${labels})
+  foreach(t IN LISTS targets)
+    get_target_property(langs "${t}" COMPILEIQ_LANGUAGES)
+    if("CUDA" IN_LIST langs)
+      list(APPEND all_labels gpu)
+      set_tests_properties("${test}" PROPERTIES RESOURCE_GROUPS "gpus:1")
+      break()
+    endif()
+  endforeach()
+  set_tests_properties("${test}" PROPERTIES LABELS "${all_labels}")
+endfunction()
+
+# A CTest resource spec with this machine's GPUs (none where nvidia-smi finds none).
+function(_compileiq_gpu_resource_spec)
+  set(ids "")
+  find_program(_compileiq_nvidia_smi nvidia-smi)
+  if(_compileiq_nvidia_smi)
+    execute_process(COMMAND "${_compileiq_nvidia_smi}" --query-gpu=index --format=csv,noheader
+                    OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_QUIET)
+    if(rc EQUAL 0)
+      string(REGEX MATCHALL "[0-9]+" ids "${out}")
+    endif()
+  endif()
+  set(gpus "")
+  foreach(id IN LISTS ids)
+    list(APPEND gpus "{\"id\": \"${id}\", \"slots\": 1}")
+  endforeach()
+  list(JOIN gpus ", " gpus)
+  set(spec "${CMAKE_BINARY_DIR}/compileiq/ctest-resources.json")
+  file(WRITE "${spec}" "{\"version\": {\"major\": 1, \"minor\": 0}, \"local\": [{\"gpus\": [${gpus}]}]}\n")
+  set(CTEST_RESOURCE_SPEC_FILE "${spec}" CACHE FILEPATH "CTest resource spec (written by CompileIQ)")
+endfunction()
+
 function(_compileiq_finalize)
   get_property(tuned GLOBAL PROPERTY _COMPILEIQ_TUNED)
   list(REMOVE_DUPLICATES tuned)
@@ -602,8 +650,12 @@ function(_compileiq_finalize)
     _compileiq_json_strings(a ${LABELS})
     string(JSON b SET "${b}" labels "${a}")
     string(JSON benches SET "${benches}" ${bi} "${b}")
+    _compileiq_add_ctest("${NAME}" ${bi} "${exe}" "${COMMAND}" "${WORKDIR}" "${LABELS}" "${TARGETS}")
     math(EXPR bi "${bi} + 1")
   endwhile()
+  if(count GREATER 0)
+    _compileiq_gpu_resource_spec()
+  endif()
   string(JSON m SET "${m}" benchmarks "${benches}")
 
   if(NOT tuned)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, compile_commands
@@ -32,12 +34,20 @@ def test_sample_project_builds_cuda_and_host_targets(tmp_path, configure, nvcc):
         assert (build / b.executable_target).is_file() and b.executable == str(build / b.executable_target)
     commands = compile_commands(build)
     assert "sm_90" in commands["gemm.cu"]
-    # Host benchmarks run here and check their own results.
-    for b in project.benchmarks:
-        if b.executable_target.startswith("bench_") and b.targets[0] in HOST_TARGETS:
-            proc = subprocess.run([b.executable, *b.args], capture_output=True, text=True, timeout=120)
-            assert proc.returncode == 0, proc.stderr
-            assert "check: ok" in proc.stdout
+    # Every registration is a CTest test labelled compileiq; those of CUDA targets also 'gpu',
+    # and they hold one GPU each through the resource spec the module wrote.
+    ctest = str(Path(configure.cmake).with_name("ctest"))
+    listed = subprocess.run([ctest, "-N", "-L", "compileiq"], cwd=build, capture_output=True, text=True)
+    assert f"Total Tests: {len(project.benchmarks)}" in listed.stdout
+    gpu_listed = subprocess.run([ctest, "-N", "-L", "gpu"], cwd=build, capture_output=True, text=True)
+    assert "Total Tests: 5" in gpu_listed.stdout
+    spec = json.loads((build / "compileiq" / "ctest-resources.json").read_text())
+    assert spec["version"] == {"major": 1, "minor": 0} and "gpus" in spec["local"][0]
+    # The host benchmarks run here through CTest and check their own results.
+    host = subprocess.run([ctest, "-L", "compileiq", "-LE", "gpu", "--output-on-failure"], cwd=build,
+                          capture_output=True, text=True, timeout=600)
+    assert host.returncode == 0, host.stdout[-3000:]
+    assert re.search(r"100% tests passed.*out of 3", host.stdout), host.stdout
 
 
 def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
