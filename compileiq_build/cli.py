@@ -69,7 +69,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only this language (repeatable; default: both)")
     s.add_argument("--allow-numerics-change", action="store_true")
 
-    verbs.add_parser("doctor", help="what is installed, which GPU, what is missing")
+    doc = verbs.add_parser("doctor", help="what is installed, which GPU, what is missing")
+    doc.add_argument("build_dir", type=Path, nargs="?", metavar="BUILD_DIR",
+                     help="also check that this build folder was configured with CompileIQ")
 
     d = verbs.add_parser("demo", help="tune the bundled sample_project end to end")
     d.add_argument("--workdir", type=Path,
@@ -185,7 +187,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     elif args.verb == "doctor":
         from compileiq_build.doctor import doctor
 
-        text, ok = doctor()
+        text, ok = doctor(args.build_dir)
         print(text)
         return 0 if ok else 1
     return 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 from compileiq_build import __version__, cmake_dir, environment
 
@@ -25,7 +27,28 @@ def _version(tool: str | None) -> str:
     return lines[-1] if "nvcc" in tool and lines else (lines[0] if lines else "")
 
 
-def doctor() -> tuple[str, bool]:
+def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
+    """Whether a build folder was configured with this CompileIQ module, and how to fix it."""
+    from compileiq_build.errors import CompileIQError
+    from compileiq_build.project import load_project
+
+    fix = (f"configure it: cmake -S <source> -B {build_dir} -G Ninja "
+           "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)")
+    try:
+        project = load_project(build_dir)
+    except CompileIQError as exc:
+        return [f"build folder {build_dir}: PROBLEM: {exc}"], False
+    manifest = json.loads((build_dir.resolve() / "compileiq" / "manifest.json").read_text())
+    version = manifest.get("compileiq_version")
+    if version != __version__:
+        return [f"build folder {build_dir}: configured with CompileIQ {version}, this is {__version__}: "
+                f"re-{fix[0].lower()}{fix[1:]}"], False
+    targets = ", ".join(t.name for t in project.targets)
+    return [f"build folder {build_dir}: CompileIQ {version} module found; tuned targets {targets}; "
+            f"{len(project.benchmarks)} benchmark registrations"], True
+
+
+def doctor(build_dir: Path | None = None) -> tuple[str, bool]:
     lines = [f"compileiq_build {__version__}", f"CMake module: {cmake_dir()}"]
     ok = True
     for name in ("cmake", "ninja", "nvcc", "c++"):
@@ -49,4 +72,8 @@ def doctor() -> tuple[str, bool]:
                      f"SM {g.sm_clock_mhz} MHz, {g.temperature_c} C")
     if not gpus:
         lines.append("GPU: none found by nvidia-smi (C++ targets can still be tuned)")
+    if build_dir is not None:
+        more, fine = _build_dir(build_dir)
+        lines += more
+        ok = ok and fine
     return "\n".join(lines), ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -99,4 +100,8 @@ def find_tool(name: str) -> str | None:
             path = None
     except (ImportError, AttributeError):
         path = None
+    if not path and name == "nvcc":  # where CMake looks too when nvcc is not on PATH
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if root and (found := shutil.which("nvcc", path=os.path.join(root, "bin"))):
+                return found
     return path or shutil.which(name)

@@ -1,44 +1,124 @@
-"""What `tune` shows while it works: a live line on a terminal, one plain line per event elsewhere."""
+"""What `tune` shows while it works.
+
+On a terminal: a live panel (rich) with the phase, evaluations done of the budget,
+the best speedup so far and the failures per target, and an ETA, above a log of
+the evaluations.  Elsewhere (CI logs, pipes): one plain line per evaluation.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 from compileiq_build.selection import Outcome
+
+
+@dataclass
+class _TargetState:
+    budget: int
+    done: int = 0
+    failed: int = 0
+    best: float = 1.0
+    current: str = ""
+    seconds: list[float] = field(default_factory=list)
+
+
+def _eta(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def describe(outcome: Outcome) -> str:
+    if not outcome.valid:
+        first = outcome.error.strip().splitlines()[0] if outcome.error.strip() else "failed"
+        return f"invalid: {first[:160]}"
+    parts = []
+    for workload, e in outcome.estimates.items():
+        upper = f"{1 / e.low:.3f}" if e.low > 0 else "inf"
+        parts.append(f"{workload} {e.speedup:.3f}x [{1 / e.high:.3f}, {upper}] ({e.pairs} pairs)")
+    return f"{outcome.verdict}: " + "; ".join(parts)
 
 
 class Reporter:
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
         self.console = console or Console(stderr=True, highlight=False)
         self.quiet = quiet
-        self.best: dict[str, float] = {}
-        self.failures = 0
+        self.live_mode = self.console.is_terminal and not quiet
+        self.targets: dict[str, _TargetState] = {}
+        self.phase_text = ""
+        self.started = time.monotonic()
+        self.eval_started = 0.0
+        self.live: Live | None = None
 
+    # -- lifecycle ----------------------------------------------------------
+    def start(self, targets: list[str], budget: int) -> None:
+        self.targets = {t: _TargetState(budget) for t in targets}
+        if self.live_mode:
+            self.live = Live(self._panel(), console=self.console, refresh_per_second=4, transient=False)
+            self.live.start()
+
+    def stop(self) -> None:
+        if self.live:
+            self.live.update(self._panel())
+            self.live.stop()
+            self.live = None
+
+    # -- events -------------------------------------------------------------
     def _print(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(text, markup=False, soft_wrap=True)
+            self.console.print(Text(text), soft_wrap=True)
+        if self.live:
+            self.live.update(self._panel())
 
     def phase(self, text: str) -> None:
+        self.phase_text = text
         self._print(f"== {text}")
 
     def note(self, text: str) -> None:
         self._print(f"   {text}")
 
-    def progress(self, target: str, done: int, budget: int, key: str) -> None:
-        best = self.best.get(target)
-        best_text = f", best so far {best:.3f}x" if best else ""
-        self._print(f"[{target} {done + 1}/{budget}{best_text}, {self.failures} failed] {key}")
+    def evaluating(self, target: str, done: int, key: str) -> None:
+        state = self.targets.setdefault(target, _TargetState(done + 1))
+        state.done, state.current = done, key
+        self.phase_text = f"{target}: measuring {key}"
+        self.eval_started = time.monotonic()
+        if self.live:
+            self.live.update(self._panel())
 
     def outcome(self, target: str, outcome: Outcome) -> None:
+        state = self.targets.setdefault(target, _TargetState(1))
+        state.done += 1
+        state.seconds.append(time.monotonic() - self.eval_started)
         if not outcome.valid:
-            self.failures += 1
-            first = outcome.error.strip().splitlines()[0] if outcome.error.strip() else "failed"
-            self._print(f"      invalid: {first[:200]}")
-            return
-        parts = []
-        for workload, e in outcome.estimates.items():
-            parts.append(f"{workload} {e.speedup:.3f}x [{1 / e.high:.3f}, "
-                         f"{(1 / e.low) if e.low > 0 else float('inf'):.3f}]")
-        self._print(f"      {outcome.verdict}: " + "; ".join(parts))
-        if outcome.faster and outcome.ratio:
-            self.best[target] = max(self.best.get(target, 1.0), 1.0 / outcome.ratio)
+            state.failed += 1
+        elif outcome.faster and outcome.ratio:
+            state.best = max(state.best, 1 / outcome.ratio)
+        key = outcome.evaluation.config_key
+        self._print(f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
+                    f"{state.failed} failed, ETA {self.eta()}] {key}: {describe(outcome)}")
+
+    # -- display ------------------------------------------------------------
+    def eta(self) -> str:
+        times = [s for t in self.targets.values() for s in t.seconds]
+        if not times:
+            return "?"
+        left = sum(max(t.budget - t.done, 0) for t in self.targets.values())
+        return _eta(left * sum(times) / len(times))
+
+    def _panel(self) -> Group:
+        table = Table(show_edge=False, pad_edge=False, box=None)
+        for column in ("target", "evaluations", "best speedup", "failed", "measuring"):
+            table.add_column(column)
+        for name, t in self.targets.items():
+            table.add_row(name, f"{t.done}/{t.budget}", f"{t.best:.3f}x", str(t.failed), t.current)
+        elapsed = _eta(time.monotonic() - self.started)
+        return Group(Text(f"{self.phase_text}   (elapsed {elapsed}, ETA {self.eta()})", style="bold"),
+                     table)

@@ -157,9 +157,11 @@ class Tuner:
                     (self.build_dir / "compileiq" / f"results.sqlite{suffix}").unlink(missing_ok=True)
             store = open_store(self.build_dir)
             try:
+                self.report.start([t.name for t in targets], self.options.budget)
                 with _stop_on_ctrl_c(self.report) as self.interrupt:
                     return self._run(targets, store, command)
             finally:
+                self.report.stop()
                 store.close()
         finally:
             lock.release()
@@ -237,8 +239,7 @@ class Tuner:
                 self.report.note(f"{evaluator.target.name}: strategy {strategy.name} has "
                                  "nothing more to try")
                 return
-            self.report.progress(evaluator.target.name, len(trials), self.options.budget,
-                                 config_key(config))
+            self.report.evaluating(evaluator.target.name, len(trials), config_key(config))
             outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",
                                          numerics=space.changes_numerics(config))
             self.report.outcome(evaluator.target.name, outcome)

@@ -1,0 +1,74 @@
+"""`doctor` says what is missing and how to fix it; `tune` shows its progress."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+
+from rich.console import Console
+
+from compileiq_build.progress import Reporter
+from compileiq_build.selection import Outcome
+from compileiq_build.stats import RatioEstimate
+from compileiq_build.store import EvaluationRow
+
+
+def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "compileiq_build", "doctor", *args],
+                          capture_output=True, text=True, env=env)
+
+
+def test_doctor_reports_a_missing_tool_with_its_fix():
+    proc = _doctor(env={**os.environ, "PATH": "/nonexistent"})
+    assert proc.returncode == 1
+    assert "c++    MISSING: install a C++ compiler, e.g. apt-get install g++" in proc.stdout
+    assert re.search(r"^cmake  cmake version \d", proc.stdout, re.M)  # from the cmake package
+    assert "lightgbm" in proc.stdout
+
+
+def test_doctor_checks_a_build_folder(cxx_project, configure, tmp_path):
+    configure(cxx_project, cxx_project / "build")
+    good = _doctor(str(cxx_project / "build"))
+    assert good.returncode == 0, good.stdout
+    assert "CompileIQ 0.1.0 module found; tuned targets saxpy; 1 benchmark registrations" in good.stdout
+    bad = _doctor(str(tmp_path))
+    assert bad.returncode == 1
+    assert "is not a configured CMake build folder" in bad.stdout
+
+
+def _outcome(key: str, ratio: float, faster: bool) -> Outcome:
+    row = EvaluationRow(1, "saxpy", {"CXX": "x86_64"}, key, {}, {}, "staged", "search", "measured", "", 0.1)
+    est = RatioEstimate(ratio, ratio * 0.99 if faster else 0.9, ratio * 1.01 if faster else 1.1, 5)
+    return Outcome(row, {"saxpy[1]": est}, "")
+
+
+def test_live_display_on_a_terminal():
+    out = io.StringIO()
+    reporter = Reporter(Console(file=out, force_terminal=True, width=140))
+    reporter.start(["saxpy"], budget=5)
+    reporter.phase("saxpy: building the baseline")
+    reporter.evaluating("saxpy", 0, "CXX:O=2")
+    reporter.outcome("saxpy", _outcome("CXX:O=2", 0.5, True))
+    reporter.evaluating("saxpy", 1, "CXX:O=3")
+    reporter.stop()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "best speedup" in text and "1/5" in text and "2.000x" in text and "ETA" in text
+    assert "measuring CXX:O=3" in text
+
+
+def test_one_plain_line_per_evaluation_elsewhere():
+    out = io.StringIO()
+    reporter = Reporter(Console(file=out, force_terminal=False, width=200))
+    reporter.start(["saxpy"], budget=3)
+    for i, (ratio, faster) in enumerate(((0.5, True), (1.0, False), (0.4, True))):
+        reporter.evaluating("saxpy", i, f"k{i}")
+        reporter.outcome("saxpy", _outcome(f"k{i}", ratio, faster))
+    reporter.stop()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("[saxpy")]
+    assert len(lines) == 3
+    expected = r"\[saxpy 3/3, best 2\.500x, 0 failed, ETA \S+\] k2: faster: saxpy\[1\] 2\.500x"
+    assert re.match(expected, lines[2])
+    assert "\x1b[" not in out.getvalue()
