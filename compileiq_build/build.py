@@ -53,7 +53,7 @@ def initial_cache(user_build: Path, tree: Path) -> str:
 class BuildResult:
     ok: bool
     seconds: float
-    log: str  # the end of Ninja's output when it failed
+    log: str  # Ninja's output: the compiler's resource report, or the end of it on failure
 
 
 class BuildTree:
@@ -98,6 +98,8 @@ class BuildTree:
         for target in self.project.targets:
             for lang, path in target.candidate_files.items():
                 flags = list(flags_by_target.get(target.name, {}).get(lang, ()))
+                if lang == "CUDA":
+                    flags.append("--resource-usage")  # ptxas' report, for the model; code unchanged
                 text = "".join(f"{f}\n" for f in flags)
                 if not path.is_file() or path.read_text() != text:
                     path.write_text(text)
@@ -115,4 +117,4 @@ class BuildTree:
         seconds = time.perf_counter() - start
         if proc.returncode != 0:
             return BuildResult(False, seconds, (proc.stdout + proc.stderr)[-3000:])
-        return BuildResult(True, seconds, "")
+        return BuildResult(True, seconds, proc.stdout)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from compileiq_build import __version__, cmake_dir
 from compileiq_build.errors import CompileIQError
+from compileiq_build.search import STRATEGIES
 
 
 def _positive_int(text: str) -> int:
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--parquet", type=Path, metavar="PATH", help="also export every measurement as Parquet")
     r.add_argument("--html", type=Path, metavar="PATH",
                    help="also write a self-contained HTML report with charts")
+    r.add_argument("--table", type=Path, metavar="PATH",
+                   help="also write the search's measurements as a replay table (CSV)")
+    r.add_argument("--target", help="the target of --table, when several were tuned")
 
     e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
     e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
@@ -85,10 +89,12 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
     p.add_argument("--budget", type=_positive_int, default=budget,
                    help=f"candidate evaluations per target (default {budget})")
     p.add_argument("--time-limit", type=_duration, help="stop searching after this long (90s, 30m, 2h)")
-    p.add_argument("--strategy", choices=("staged", "random", "exhaustive"), default="staged",
-                   help="search strategy (default staged)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="model",
+                   help="search strategy (default model: LightGBM-guided after a few random seeds)")
     p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
                    help="tune only these targets")
+    p.add_argument("--dimensions", nargs="+", default=[], metavar="NAME",
+                   help="search only these dimensions of the space (names as `space` prints them)")
     p.add_argument("--output", type=Path, help="toolchain file to write (default: "
                    "compileiq-toolchain.cmake in the project's source folder)")
     p.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (default: Ninja's)")
@@ -119,7 +125,7 @@ def _tune_options(args: argparse.Namespace):
         budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
         targets=args.targets, output=args.output.resolve() if args.output else None,
         jobs=args.jobs, build_timeout=args.build_timeout, repeats=args.repeats,
-        max_repeats=args.max_repeats, precision=args.precision,
+        max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change,
         fresh=args.fresh, seed=args.seed)
 
@@ -166,9 +172,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
     elif args.verb == "report":
-        from compileiq_build.report import export, html, report
+        from compileiq_build.report import export, html, report, table
 
         print(report(args.build_dir))
+        if args.table:
+            print(f"{table(args.build_dir, args.table, args.target)} configurations written to {args.table}")
         if args.html:
             print(f"HTML report written to {html(args.build_dir, args.html)}")
         if args.csv or args.parquet:

@@ -100,7 +100,7 @@ def find_tool(name: str) -> str | None:
             path = None
     except (ImportError, AttributeError):
         path = None
-    if not path and name == "nvcc":  # where CMake looks too when nvcc is not on PATH
+    if not path and name in ("nvcc", "cuobjdump"):  # where CMake looks too when not on PATH
         for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
             if root and (found := shutil.which("nvcc", path=os.path.join(root, "bin"))):
                 return found

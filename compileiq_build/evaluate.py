@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq_build.build import BuildTree
+from compileiq_build.codeinfo import code_digest, object_files, resource_features
 from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import GpuMonitor, slowdowns
 from compileiq_build.measure import Run, compare_evidence, resolve_format, run_workload
@@ -23,7 +24,7 @@ from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
 from compileiq_build.search import config_key
-from compileiq_build.selection import Outcome, summarize
+from compileiq_build.selection import SAME_AS_BASELINE, Outcome, summarize
 from compileiq_build.stats import ratio_estimate
 from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
 
@@ -84,6 +85,8 @@ class Evaluator:
         self.baseline_build_s = 60.0
         self.baseline_wall: dict[str, float] = {}
         self.evidence: dict[str, str | bytes | None] = {}
+        self.baseline_digest = ""
+        self.dedup_hits = 0
 
     def _executable(self, bench: Benchmark, tree: BuildTree) -> Path:
         if bench.executable_target:
@@ -106,6 +109,7 @@ class Evaluator:
         if not built.ok:
             raise CompileIQError(f"the project does not build with its own flags:\n{built.log}")
         self.baseline_build_s = max(built.seconds, 1.0)
+        self.baseline_digest = code_digest(object_files(self.baseline_tree.path, self.target.name))
         resolved = []
         for bench in self.benchmarks:
             exe = self._executable(bench, self.baseline_tree)
@@ -146,6 +150,12 @@ class Evaluator:
         if not built.ok:
             self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.log), built.seconds)
             return self._outcome(evaluation)
+        twin = self._same_code(evaluation, phase, built.log)
+        if twin is not None:
+            self.dedup_hits += 1
+            what = "the baseline" if twin == SAME_AS_BASELINE else f"evaluation {twin}"
+            self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}", built.seconds)
+            return self._outcome(evaluation)
         status, reason = MEASURED, ""
         for bench in self.benchmarks:
             error = self._measure(evaluation, bench, sampling, numerics)
@@ -154,6 +164,21 @@ class Evaluator:
                 break
         self.store.finish_evaluation(evaluation, status, reason, built.seconds)
         return self._outcome(evaluation)
+
+    def _same_code(self, evaluation: int, phase: str, build_log: str) -> int | None:
+        """Record the candidate's code digest and compile-time features; in the search, return
+        the evaluation (or the baseline) that already measured the same machine code."""
+        digest = code_digest(object_files(self.candidate_tree.path, self.target.name))
+        twin = None
+        if phase == "search" and digest:
+            if digest == self.baseline_digest:
+                twin = SAME_AS_BASELINE
+            else:
+                twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
+                             if r.digest == digest and r.status == MEASURED and r.same_as is None
+                             and r.id != evaluation), None)
+        self.store.set_code(evaluation, digest, resource_features(build_log), twin)
+        return twin
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool) -> str:
         """Paired runs until the comparison is decided or precise; returns the candidate's error."""

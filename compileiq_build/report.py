@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import datetime
 import statistics
 from collections.abc import Sequence
@@ -10,8 +11,8 @@ from pathlib import Path
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
 from compileiq_build.selection import NoWinner, Winner, decide, outcomes, portable_set
-from compileiq_build.space import Prober, build_space
-from compileiq_build.stats import relative_spread
+from compileiq_build.space import DEFAULT, Prober, build_space
+from compileiq_build.stats import geometric_mean, relative_spread
 from compileiq_build.store import STORE, Store, open_store
 from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
 
@@ -100,6 +101,55 @@ def export(build_dir: Path, csv: Path | None, parquet: Path | None) -> int:
     except OSError as exc:
         raise CompileIQError(f"cannot write the export: {exc}") from None
     return len(table)
+
+
+def table(build_dir: Path, path: Path, target: str | None) -> int:
+    """The search's measurements of one target as a replay table (benchmarks/search_replay.py):
+    a column per dimension (labels, `default` for the project's setting), `feature:<name>`
+    columns from the compiler's resource report, and `time`: the geometric mean over the
+    workloads of the baseline's median time times the candidate's median paired ratio."""
+    store = _open(build_dir)
+    try:
+        pairs = _pairs(store)
+        names = sorted({t for t, _ in pairs})
+        if target is None and len(names) == 1:
+            target = names[0]
+        if target not in names:
+            raise CompileIQError(f"name the target of the table with --target: {', '.join(names) or 'none'}")
+        arch = next(a for t, a in pairs if t == target)
+        searched = [o for o in outcomes(store, target, arch, "search") if o.valid]
+        base: dict[str, list[float]] = {}
+        for o in searched:
+            ev = store.evaluation(o.evaluation.same_as) if o.evaluation.same_as else o.evaluation
+            for workload, role, _, cost, error in store.samples(ev.id):
+                if role == "baseline" and not error and cost:
+                    base.setdefault(workload, []).append(cost)
+        base_time = {w: statistics.median(v) for w, v in base.items()}
+        if not base_time:
+            raise CompileIQError(f"no baseline measurement of {target} is stored")
+        dims = sorted({k for o in searched for k in o.evaluation.config})
+        features = sorted({f for o in searched for f in (o.evaluation.features or {})})
+
+        def time_of(ratios: dict[str, float]) -> float:
+            return geometric_mean([ratios.get(w, 1.0) * t for w, t in sorted(base_time.items())])
+
+        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "time": time_of({})}}
+        for o in searched:
+            ratios = {w: e.ratio for w, e in o.estimates.items() if w in base_time}
+            row = {d: o.evaluation.config.get(d, DEFAULT) for d in dims}
+            row.update({f"feature:{f}": (o.evaluation.features or {}).get(f, "") for f in features})
+            row["time"] = time_of(ratios)
+            rows.setdefault(o.evaluation.config_key, row)
+    finally:
+        store.close()
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, [d.split(":", 1)[-1] for d in dims] + [f"feature:{x}" for x in features]
+                                + ["time"])
+        writer.writeheader()
+        for row in rows.values():
+            writer.writerow({k.split(":", 1)[-1] if not k.startswith("feature:") else k: v
+                             for k, v in row.items()})
+    return len(rows)
 
 
 def html(build_dir: Path, path: Path) -> Path:

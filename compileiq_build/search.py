@@ -116,10 +116,14 @@ class Exhaustive:
         return None
 
 
-STRATEGIES = {"staged": Staged, "random": RandomSearch, "exhaustive": Exhaustive}
+STRATEGIES = ("model", "staged", "random", "exhaustive")
 
 
 def make_strategy(name: str, seed: int = 0) -> Strategy:
+    if name == "model":
+        from compileiq_build.model import ModelGuided  # LightGBM loads only when used
+
+        return ModelGuided(seed)
     if name == "random":
         return RandomSearch(seed)
-    return STRATEGIES[name]()
+    return {"staged": Staged, "exhaustive": Exhaustive}[name]()

@@ -43,9 +43,17 @@ class Outcome:
         return "neutral"
 
 
+SAME_AS_BASELINE = 0  # `same_as` of a candidate whose machine code is the baseline's
+
+
 def summarize(store: Store, evaluation: EvaluationRow) -> Outcome:
     if evaluation.status != MEASURED:
         return Outcome(evaluation, {}, evaluation.reason or evaluation.status)
+    if evaluation.same_as == SAME_AS_BASELINE:
+        return Outcome(evaluation, {"(same code as the baseline)": RatioEstimate(1.0, 1.0, 1.0, 0)}, "")
+    if evaluation.same_as is not None:
+        twin = summarize(store, store.evaluation(evaluation.same_as))
+        return Outcome(evaluation, twin.estimates, twin.error)
     candidate: dict[str, dict[int, float]] = {}
     baseline: dict[str, dict[int, float]] = {}
     for workload, role, rep, cost, error in store.samples(evaluation.id):

@@ -17,7 +17,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 
 STORE = Path("compileiq") / "results.sqlite"
-SCHEMA = 2
+SCHEMA = 3
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
   target TEXT NOT NULL, arch_keys TEXT NOT NULL, config_key TEXT NOT NULL,
   config TEXT NOT NULL, flags TEXT NOT NULL, strategy TEXT NOT NULL, phase TEXT NOT NULL,
   started REAL NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
-  build_seconds REAL);
+  build_seconds REAL, digest TEXT NOT NULL DEFAULT '', same_as INTEGER,
+  features TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS samples (
   id INTEGER PRIMARY KEY,
   evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
@@ -38,6 +39,15 @@ CREATE TABLE IF NOT EXISTS samples (
   created REAL NOT NULL, gpu TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
 """
+
+# Older stores gain the columns added since: schema 2 the GPU state of each sample, schema 3
+# the code digest, the same-code reference and the compile-time features of each evaluation.
+_MIGRATIONS = {
+    "1": ["ALTER TABLE samples ADD COLUMN gpu TEXT NOT NULL DEFAULT '{}'"],
+    "2": ["ALTER TABLE evaluations ADD COLUMN digest TEXT NOT NULL DEFAULT ''",
+          "ALTER TABLE evaluations ADD COLUMN same_as INTEGER",
+          "ALTER TABLE evaluations ADD COLUMN features TEXT NOT NULL DEFAULT '{}'"],
+}
 
 # Evaluation status values.
 RUNNING, MEASURED, BUILD_FAILED, INVALID, INTERRUPTED = (
@@ -57,6 +67,9 @@ class EvaluationRow:
     status: str
     reason: str
     build_seconds: float | None
+    digest: str = ""
+    same_as: int | None = None  # the evaluation whose samples stand for this one (same code)
+    features: dict[str, float] | None = None
 
 
 def arch_json(arch_keys: Mapping[str, str]) -> str:
@@ -75,9 +88,11 @@ class Store:
             row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-            elif row[0] == "1":  # schema 1 lacked the GPU state of each sample
+            elif row[0] in _MIGRATIONS:
                 with self._tx() as db:
-                    db.execute("ALTER TABLE samples ADD COLUMN gpu TEXT NOT NULL DEFAULT '{}'")
+                    for version in range(int(row[0]), SCHEMA):
+                        for statement in _MIGRATIONS[str(version)]:
+                            db.execute(statement)
                     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA),))
             elif row[0] != str(SCHEMA):
                 raise CompileIQError(
@@ -140,7 +155,7 @@ class Store:
     def evaluations(self, target: str | None = None, arch_keys: Mapping[str, str] | None = None,
                     phase: str | None = None) -> list[EvaluationRow]:
         query = ("SELECT id, target, arch_keys, config_key, config, flags, strategy, phase, status,"
-                 " reason, build_seconds FROM evaluations WHERE 1=1")
+                 " reason, build_seconds, digest, same_as, features FROM evaluations WHERE 1=1")
         args: list[object] = []
         arch = arch_json(arch_keys) if arch_keys is not None else None
         for column, value in (("target", target), ("arch_keys", arch), ("phase", phase)):
@@ -149,7 +164,13 @@ class Store:
                 args.append(value)
         rows = self.db.execute(query + " ORDER BY id", args).fetchall()
         return [EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6],
-                              r[7], r[8], r[9], r[10]) for r in rows]
+                              r[7], r[8], r[9], r[10], r[11], r[12], json.loads(r[13])) for r in rows]
+
+    def set_code(self, evaluation: int, digest: str, features: Mapping[str, float],
+                 same_as: int | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE evaluations SET digest=?, features=?, same_as=? WHERE id=?",
+                       (digest, json.dumps(dict(features), sort_keys=True), same_as, evaluation))
 
     def evaluation(self, evaluation: int) -> EvaluationRow:
         return next(r for r in self.evaluations() if r.id == evaluation)

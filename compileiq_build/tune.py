@@ -44,7 +44,7 @@ from compileiq_build.toolchain import DEFAULT_NAME, Provenance, provenance, rend
 class TuneOptions:
     budget: int = 20  # candidate evaluations per target
     time_limit: float | None = None  # seconds for the whole run
-    strategy: str = "staged"
+    strategy: str = "model"
     targets: Sequence[str] = ()
     output: Path | None = None
     jobs: int | None = None
@@ -55,6 +55,7 @@ class TuneOptions:
     measure_time_cap: float = 300.0  # seconds per workload and candidate
     allow_numerics_change: bool = False
     max_stage: int = 3
+    dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
     seed: int = 0
 
@@ -191,6 +192,9 @@ class Tuner:
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                              f"{space.size} configurations; strategy {self.options.strategy}")
             self._search(evaluator, space)
+            if evaluator.dedup_hits:
+                self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
+                                 "of one measured before and reused its measurement")
             result.evaluations += len(store.evaluations(target.name, evaluator.arch_keys, "search"))
             decision = self._validate(evaluator, store, space)
             if isinstance(decision, Winner):
@@ -213,6 +217,15 @@ class Tuner:
         prober = Prober(self.build_dir / "compileiq" / "probe", extra)
         space = build_space(target.languages, compilers, prober,
                             self.options.allow_numerics_change, self.options.max_stage)
+        if self.options.dimensions:
+            known = {d.name for d in space.dimensions} | {d.key for d in space.dimensions}
+            unknown = [n for n in self.options.dimensions if n not in known]
+            if unknown:
+                raise CompileIQError(f"--dimensions names {', '.join(unknown)}, not in the space of "
+                                     f"{target.name}: {', '.join(sorted(d.name for d in space.dimensions))}")
+            space = FlagSpace(tuple(d for d in space.dimensions if d.name in self.options.dimensions
+                                    or d.key in self.options.dimensions), space.rejected,
+                              space.excluded_numerics)
         for r in space.rejected:
             self.report.note(f"dropped {r.flag}: {r.reason}")
         return space
@@ -236,8 +249,8 @@ class Tuner:
                 return
             config = strategy.propose(space, trials)
             if config is None:
-                self.report.note(f"{evaluator.target.name}: strategy {strategy.name} has "
-                                 "nothing more to try")
+                why = getattr(strategy, "stop_reason", "") or "nothing more to try"
+                self.report.note(f"{evaluator.target.name}: strategy {strategy.name} stops: {why}")
                 return
             self.report.evaluating(evaluator.target.name, len(trials), config_key(config))
             outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",

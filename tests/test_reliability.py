@@ -19,7 +19,7 @@ from conftest import FIXTURES
 from compileiq_build.measure import Sample
 from compileiq_build.store import STORE, Store
 
-TUNE = [sys.executable, "-m", "compileiq_build", "tune"]
+TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]
 
 
 def _rows(build: Path, query: str) -> list[tuple]:

@@ -19,7 +19,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def tuned(cxx_project, configure):
     build = cxx_project / "build"
     configure(cxx_project, build)
-    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--budget", "4",
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build),
+                           "--strategy", "staged", "--budget", "4",
                            "--repeats", "3", "--max-repeats", "5"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return build

@@ -13,7 +13,8 @@ from compileiq_build.project import load_manifest
 
 
 def _tune(build, *args):
-    return subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), *args],
+    return subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build),
+                           "--strategy", "staged", *args],
                           capture_output=True, text=True)
 
 
@@ -65,3 +66,45 @@ def test_tune_finds_a_faster_level_and_the_toolchain_reaches_only_that_target(cx
     assert report.returncode == 0
     assert re.search(r"^saxpy \(\w+\): 3 candidates measured", report.stdout, re.M), report.stdout
     assert "winner:" in report.stdout
+
+
+def test_model_guided_search_end_to_end(cxx_project, configure):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--budget", "10",
+                           "--repeats", "3", "--max-repeats", "4"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    db = sqlite3.connect(build / "compileiq" / "results.sqlite")
+    rows = db.execute("SELECT strategy, config_key FROM evaluations WHERE phase='search'").fetchall()
+    assert len(rows) == 10 and {s for s, _ in rows} == {"model"}
+    assert len({k for _, k in rows}) == 10  # never the same configuration twice
+    assert "saxpy: " in proc.stdout and "x with -O" in proc.stdout  # a -O level beats the project's -O0
+
+
+def test_identical_code_is_measured_once_and_tables_export(cxx_project, configure, tmp_path):
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build),
+                           "--strategy", "exhaustive", "--dimensions", "O", "unroll-loops",
+                           "--repeats", "2", "--max-repeats", "2"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    db = sqlite3.connect(build / "compileiq" / "results.sqlite")
+    rows = db.execute("SELECT config_key, same_as, digest FROM evaluations WHERE phase='search'").fetchall()
+    assert len(rows) == 5  # 3 x 2 configurations but the baseline
+    # At the project's -O0, -funroll-loops alone changes no machine code: no benchmark run for it.
+    (same,) = [r for r in rows if r[0] == "CXX:unroll-loops=on"]
+    assert same[1] == 0 and same[2]
+    sampled = {e for (e,) in db.execute("SELECT DISTINCT evaluation_id FROM samples")}
+    ids = dict(db.execute("SELECT config_key, id FROM evaluations WHERE phase='search'").fetchall())
+    assert ids["CXX:unroll-loops=on"] not in sampled
+    assert "candidates had the machine code of one measured before" in proc.stderr
+
+    out = tmp_path / "table.csv"
+    report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build),
+                             "--table", str(out)], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0] == "O,unroll-loops,time" and len(lines) == 1 + 6
+    table = {tuple(line.split(",")[:2]): float(line.split(",")[2]) for line in lines[1:]}
+    assert table[("default", "on")] == table[("default", "default")]  # same code, same time
+    assert table[("3", "default")] < table[("default", "default")]

@@ -1,0 +1,69 @@
+"""What a candidate's build produced, read without a GPU: a digest of the generated machine
+code (candidates with identical code are the same point and are measured once) and the
+compiler's resource report (registers, spills, shared memory, stack), which the
+model-guided search uses as features.
+
+The digest covers the disassembly, not whole files: rebuilding the same source with the
+same flags gives different object files (paths, timestamps) but identical SASS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from pathlib import Path
+
+from compileiq_build.environment import find_tool
+
+_USED = re.compile(r"Used (\d+) registers")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def object_files(tree: Path, target: str) -> list[Path]:
+    """The target's object files in a Ninja build tree (CMakeFiles/<target>.dir/...)."""
+    return sorted(p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o"))
+
+
+def _disassemble(obj: Path) -> bytes:
+    cuda = obj.name.endswith(".cu.o")
+    tool = find_tool("cuobjdump") if cuda else find_tool("objdump")
+    if tool:
+        cmd = [tool, "-sass", str(obj)] if cuda else [tool, "-d", "--no-show-raw-insn", str(obj)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None
+        if proc is not None and proc.returncode == 0:
+            # Drop the lines that name the file; keep the code.
+            return b"\n".join(line for line in proc.stdout.splitlines()
+                              if str(obj).encode() not in line and b"file format" not in line)
+    return obj.read_bytes()
+
+
+def code_digest(objects: list[Path]) -> str:
+    """A digest of the machine code of these objects ('' when there are none)."""
+    if not objects:
+        return ""
+    h = hashlib.sha256()
+    for obj in objects:
+        h.update(obj.name.encode())
+        h.update(hashlib.sha256(_disassemble(obj)).digest())
+    return h.hexdigest()
+
+
+def resource_features(build_output: str) -> dict[str, float]:
+    """Totals and maxima of ptxas' resource report (nvcc --resource-usage) over all kernels."""
+    registers = [int(m) for m in _USED.findall(build_output)]
+    if not registers:
+        return {}
+    frames = [tuple(map(int, m)) for m in _FRAME.findall(build_output)]
+    smem = [int(m) for m in _SMEM.findall(build_output)]
+    return {
+        "registers_max": float(max(registers)),
+        "registers_sum": float(sum(registers)),
+        "stack_bytes": float(sum(f[0] for f in frames)),
+        "spill_bytes": float(sum(f[1] + f[2] for f in frames)),
+        "smem_bytes": float(sum(smem)),
+    }

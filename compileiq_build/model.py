@@ -1,0 +1,139 @@
+"""The model-guided strategy: LightGBM fitted on every evaluation so far steers the search.
+
+After a small seed set (random configurations), each proposal fits a bagged
+ensemble of small LightGBM models to log(cost ratio) over the flag encodings
+(one categorical column per dimension) plus any numeric compile-time features
+(registers, spills, ... from the compiler, known without a GPU), predicts every
+untried configuration (all of them, or a large sample plus the incumbent's
+neighbours in big spaces), and measures the one with the lowest lower confidence
+bound (ensemble mean minus `kappa` standard deviations).  The spread of the
+bagged models is the exploration: a configuration the models disagree on is
+worth measuring even when its mean prediction is not the best.
+
+It stops early when even the optimistic bound of every untried configuration
+beats the incumbent by less than the measured noise, and says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from compileiq_build.search import BASELINE, Config, Trial, config_key
+from compileiq_build.space import DEFAULT, FlagSpace
+
+# Cost ratio assumed for a configuration that failed to build or run: it must look bad,
+# but not so bad that it swamps what the models learn from the valid ones.
+INVALID_RATIO = 2.0
+POOL = 4000
+
+Features = Callable[[Config], Mapping[str, float]]
+
+
+class ModelGuided:
+    name = "model"
+
+    def __init__(self, seed: int = 0, seeds: int = 8, ensemble: int = 8, kappa: float = 2.0,
+                 noise: float = 0.002, features: Features | None = None) -> None:
+        self.seed = seed
+        self.seeds = seeds
+        self.ensemble = ensemble
+        self.kappa = kappa
+        self.noise = noise  # relative: gains predicted below this are not worth measuring
+        self.features = features
+        self.stop_reason = ""
+
+    # -- candidates -------------------------------------------------------------
+    def _full(self, space: FlagSpace, partial: Mapping[str, str]) -> Config:
+        config = space.default_config()
+        config.update({k: v for k, v in partial.items() if k in config})
+        return config
+
+    def _pool(self, space: FlagSpace, seen: set[str], incumbent: Config, rng: random.Random) -> list[Config]:
+        dims = space.dimensions
+        choices = [(DEFAULT, *d.values) for d in dims]
+        if space.size <= POOL:
+            configs = [dict(zip((d.key for d in dims), values, strict=True))
+                       for values in itertools.product(*choices)]
+        else:
+            configs = [{d.key: rng.choice(c) for d, c in zip(dims, choices, strict=True)}
+                       for _ in range(POOL)]
+            # Neighbours of the incumbent: one dimension changed, and pairs of changes.
+            for d, c in zip(dims, choices, strict=True):
+                configs += [{**incumbent, d.key: v} for v in c]
+            for _ in range(POOL // 4):
+                a, b = rng.sample(range(len(dims)), 2) if len(dims) > 1 else (0, 0)
+                configs.append({**incumbent, dims[a].key: rng.choice(choices[a]),
+                                dims[b].key: rng.choice(choices[b])})
+        unique: dict[str, Config] = {}
+        for c in configs:
+            key = config_key(c)
+            if key not in seen and key != BASELINE:
+                unique.setdefault(key, c)
+        return list(unique.values())
+
+    def _frame(self, space: FlagSpace, configs: Sequence[Config]) -> pd.DataFrame:
+        columns: dict[str, object] = {}
+        for i, d in enumerate(space.dimensions):
+            categories = [DEFAULT, *d.values]
+            columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs], categories=categories)
+        if self.features:
+            rows = [self.features(c) for c in configs]
+            for name in sorted({k for r in rows for k in r}):
+                columns[f"f_{len(columns)}"] = [float(r.get(name, math.nan)) for r in rows]
+        return pd.DataFrame(columns)
+
+    # -- the strategy ---------------------------------------------------------------
+    def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
+        self.stop_reason = ""
+        rng = random.Random(f"{self.seed}:{len(history)}")
+        trials = [(self._full(space, t.config), t) for t in history]
+        seen = {config_key(c) for c, _ in trials}
+        ratios = [t.ratio for _, t in trials if t.ratio is not None]
+        best = min([1.0, *ratios])
+        incumbent = min(((c, t.ratio) for c, t in trials if t.ratio is not None),
+                        key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
+        pool = self._pool(space, seen, incumbent, rng)
+        if not pool:
+            self.stop_reason = "every configuration of the space was measured"
+            return None
+        if len(trials) < self.seeds:
+            return rng.choice(pool)
+        # The baseline is a measured point too: ratio 1 by definition.
+        train = [space.default_config()] + [c for c, _ in trials]
+        target = np.log([1.0] + [t.ratio if t.ratio is not None else INVALID_RATIO for _, t in trials])
+        predictions = self._ensemble(space, train, target, pool, rng)
+        mean, std = predictions.mean(axis=0), predictions.std(axis=0)
+        bound = mean - self.kappa * std
+        choice = int(np.argmin(bound))
+        if bound[choice] > math.log(best) + math.log1p(-self.noise):
+            self.stop_reason = (f"the model predicts that no untried configuration beats the best so far "
+                                f"({1 / best:.3f}x) by more than the noise ({100 * self.noise:.1f}%)")
+            return None
+        return pool[choice]
+
+    def _ensemble(self, space: FlagSpace, train: list[Config], target: np.ndarray, pool: list[Config],
+                  rng: random.Random) -> np.ndarray:
+        import lightgbm
+
+        x_train = self._frame(space, train)
+        x_pool = self._frame(space, pool)
+        n = len(train)
+        params = {"objective": "regression", "learning_rate": 0.15, "num_leaves": 8,
+                  "min_data_in_leaf": 2, "min_data_in_bin": 1, "min_data_per_group": 1,
+                  "cat_smooth": 1.0, "cat_l2": 1.0, "max_cat_to_onehot": 16, "lambda_l2": 0.1,
+                  "feature_fraction": 0.8, "verbose": -1, "num_threads": 1,
+                  "deterministic": True, "force_row_wise": True}
+        out = []
+        for b in range(self.ensemble):
+            rows = [rng.randrange(n) for _ in range(n)]  # bootstrap: the bag's view of the data
+            rows[0] = 0  # every bag knows the baseline
+            data = lightgbm.Dataset(x_train.iloc[rows], target[rows], free_raw_data=False)
+            booster = lightgbm.train({**params, "seed": self.seed * 100 + b}, data, num_boost_round=40)
+            out.append(booster.predict(x_pool))
+        return np.vstack(out)
