@@ -10,6 +10,7 @@ same flags gives different object files (paths, timestamps) but identical SASS.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -26,19 +27,30 @@ def object_files(tree: Path, target: str) -> list[Path]:
     return sorted(p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o"))
 
 
+# SASS from cuobjdump: keep the kernels' names and instructions. The rest of its output
+# differs between candidates with the same code (the ELF records `ptxasOptions = ...`).
+_SASS = re.compile(rb"^\s*(/\*[0-9a-f]{4,}\*/|Function : )")
+
+
 def _disassemble(obj: Path) -> bytes:
     cuda = obj.name.endswith(".cu.o")
     tool = find_tool("cuobjdump") if cuda else find_tool("objdump")
     if tool:
+        env = dict(os.environ)
+        if cuda and (nvdisasm := find_tool("nvdisasm")):
+            env["NVDISASM_PATH"] = str(Path(nvdisasm).parent)  # cuobjdump -sass runs nvdisasm
         cmd = [tool, "-sass", str(obj)] if cuda else [tool, "-d", "--no-show-raw-insn", str(obj)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=120)
+            proc = subprocess.run(cmd, capture_output=True, timeout=120, env=env)
         except (OSError, subprocess.TimeoutExpired):
             proc = None
         if proc is not None and proc.returncode == 0:
+            lines = proc.stdout.splitlines()
+            if cuda:
+                return b"\n".join(line for line in lines if _SASS.match(line))
             # Drop the lines that name the file; keep the code.
-            return b"\n".join(line for line in proc.stdout.splitlines()
-                              if str(obj).encode() not in line and b"file format" not in line)
+            return b"\n".join(line for line in lines if str(obj).encode() not in line
+                               and b"file format" not in line)
     return obj.read_bytes()
 
 

@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 _GPU_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap")
 # State read with every session; names differ between drivers, so each is optional.
@@ -100,8 +101,17 @@ def find_tool(name: str) -> str | None:
             path = None
     except (ImportError, AttributeError):
         path = None
-    if not path and name in ("nvcc", "cuobjdump"):  # where CMake looks too when not on PATH
-        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-            if root and (found := shutil.which("nvcc", path=os.path.join(root, "bin"))):
+    path = path or shutil.which(name)
+    if not path and name in ("nvcc", "cuobjdump", "nvdisasm"):
+        # Where CMake looks for the toolkit, then NVIDIA's PyPI wheels (nvidia/cu*/bin).
+        roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+        try:
+            import nvidia
+
+            roots += sorted(str(p) for base in nvidia.__path__ for p in Path(base).glob("cu*"))
+        except ImportError:
+            pass
+        for root in filter(None, roots):
+            if found := shutil.which(name, path=os.path.join(root, "bin")):
                 return found
-    return path or shutil.which(name)
+    return path
