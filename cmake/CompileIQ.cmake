@@ -260,6 +260,27 @@ function(_compileiq_cuda_arch_key tgt out_key out_archs)
   if(NOT archs OR archs STREQUAL "archs-NOTFOUND")
     set(archs "${CMAKE_CUDA_ARCHITECTURES}")
   endif()
+  if(NOT archs)
+    # Policy CMP0104 OLD: the architecture may come as -arch=sm_NN in CMAKE_CUDA_FLAGS.
+    string(REGEX MATCHALL "(-arch|--gpu-architecture)[= ]sm_[0-9]+[a-z]?" found "${CMAKE_CUDA_FLAGS}")
+    foreach(f IN LISTS found)
+      string(REGEX REPLACE ".*sm_" "" f "${f}")
+      list(APPEND archs "${f}")
+    endforeach()
+  endif()
+  if("native" IN_LIST archs)
+    # CMake resolved "native" at configure time; without a GPU it silently records an error
+    # text, and nvcc then builds for its default architecture instead.
+    if(NOT CMAKE_CUDA_ARCHITECTURES_NATIVE MATCHES "^[0-9]" AND NOT COMPILEIQ_TUNING_ARCH)
+      message(FATAL_ERROR
+        "CompileIQ: ${tgt} builds for CUDA_ARCHITECTURES native, but CMake found no GPU here "
+        "(${CMAKE_CUDA_ARCHITECTURES_NATIVE}). Configure on the machine with the GPU, or name its "
+        "architecture: -DCMAKE_CUDA_ARCHITECTURES=90 (for an H100/H200), or set CUDA_ARCHITECTURES "
+        "on ${tgt}.")
+    endif()
+    list(REMOVE_ITEM archs native)
+    list(APPEND archs ${CMAKE_CUDA_ARCHITECTURES_NATIVE})
+  endif()
   set(numbers "")
   foreach(a IN LISTS archs)
     string(REGEX REPLACE "-(real|virtual)$" "" n "${a}")
@@ -312,15 +333,36 @@ function(_compileiq_check_compiler tgt lang flags_var)
   set(${flags_var} "${kept}" PARENT_SCOPE)
 endfunction()
 
+# With separable compilation (-rdc, and -dlto above all) ptxas also runs at the device
+# link, which happens in the executables and libraries that link <tgt>: the options
+# reach that step too, through the link interface.
+function(_compileiq_device_link_options tgt)
+  get_target_property(rdc "${tgt}" CUDA_SEPARABLE_COMPILATION)
+  if(NOT rdc)
+    return()
+  endif()
+  set(opts "")
+  foreach(f IN LISTS ARGN)
+    list(APPEND opts "$<DEVICE_LINK:${f}>")
+  endforeach()
+  set_property(TARGET "${tgt}" APPEND PROPERTY INTERFACE_LINK_OPTIONS ${opts})
+  set_property(TARGET "${tgt}" APPEND PROPERTY LINK_OPTIONS ${opts})
+endfunction()
+
 # Flags go through generator expressions, so ',' and '>' inside a flag are escaped.
 function(_compileiq_add_flags tgt lang flags)
   set(opts "")
+  set(escaped "")
   foreach(f IN LISTS flags)
     string(REPLACE ">" "$<ANGLE-R>" f "${f}")
     string(REPLACE "," "$<COMMA>" f "${f}")
     list(APPEND opts "$<$<COMPILE_LANGUAGE:${lang}>:${f}>")
+    list(APPEND escaped "${f}")
   endforeach()
   set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${opts})
+  if(lang STREQUAL "CUDA")
+    _compileiq_device_link_options("${tgt}" ${escaped})
+  endif()
 endfunction()
 
 # In the driver's build trees each tuned target reads its flags from a file,
@@ -336,6 +378,9 @@ function(_compileiq_use_candidate_file tgt lang id out_file)
     set(opt "@${file}")
   endif()
   set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
+  if(lang STREQUAL "CUDA")
+    _compileiq_device_link_options("${tgt}" "${opt}")
+  endif()
   # Only the sources of <lang> depend on <lang>'s file (by LANGUAGE, else extension).
   get_target_property(sources "${tgt}" SOURCES)
   set(plain "")
@@ -543,6 +588,11 @@ function(_compileiq_finalize)
         string(JSON l SET "${l}" project_architectures "${a}")
         if(COMPILEIQ_TUNING_ARCH)
           set_property(TARGET "${tgt}" PROPERTY CUDA_ARCHITECTURES "${COMPILEIQ_TUNING_ARCH}-real")
+          # Also explicitly: a project may pass -arch=sm_XX in CMAKE_CUDA_FLAGS (policy CMP0104
+          # OLD), which the property does not override; the GPU then runs this machine code.
+          set(gencode "--generate-code=arch=compute_${COMPILEIQ_TUNING_ARCH}$<COMMA>code=sm_${COMPILEIQ_TUNING_ARCH}")
+          set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:${gencode}>")
+          _compileiq_device_link_options("${tgt}" "${gencode}")  # the executable links that code
           _compileiq_cuda_arch_key("${tgt}" key archs)
         endif()
         _compileiq_json_strings(a ${archs})

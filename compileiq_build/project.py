@@ -45,6 +45,19 @@ class Target:
     applied_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+def jit_warning(target: Target, gpu_arch: str) -> str:
+    """Why device flags tuned here would not reach the project's own build of `target` on this
+    GPU (its released binary carries no machine code for it, so the driver JIT-compiles PTX),
+    or '' when they would."""
+    numbers = {re.sub(r"-(real|virtual)$", "", a) for a in target.project_architectures}
+    if not numbers or not all(n[:1].isdigit() for n in numbers) or gpu_arch in numbers:
+        return ""
+    return (f"{target.name} is built for CUDA architecture(s) {', '.join(sorted(numbers))} by the project, "
+            f"not for this GPU's {gpu_arch}: on it the project's binary runs JIT-compiled PTX, and ptxas "
+            f"flags tuned here would not apply. While tuning it is compiled for {gpu_arch}-real; add "
+            f"{gpu_arch} to its CUDA_ARCHITECTURES so that the tuned flags reach your builds.")
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One registration of a benchmark: with its arguments, one workload."""

@@ -25,7 +25,7 @@ from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.gpu import GpuMonitor
 from compileiq_build.progress import Reporter
-from compileiq_build.project import Benchmark, Project, Target, load_project
+from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
 from compileiq_build.search import Trial, config_key, make_strategy
 from compileiq_build.selection import (
     FINALISTS,
@@ -177,6 +177,9 @@ class Tuner:
             tree.configure(arch)
             tree.write_flags({})
         tree_project = candidate_tree.project
+        for target in targets:
+            if arch and "CUDA" in target.languages and (warning := jit_warning(target, arch)):
+                self.report.note(f"warning: {warning}")
         monitor = GpuMonitor(enabled=bool(arch))
         result = TuneResult()
         for target in targets:
