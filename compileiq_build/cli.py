@@ -97,7 +97,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
                    help="search only these dimensions of the space (names as `space` prints them)")
     p.add_argument("--output", type=Path, help="toolchain file to write (default: "
                    "compileiq-toolchain.cmake in the project's source folder)")
-    p.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (default: Ninja's)")
+    p.add_argument("--jobs", type=_positive_int,
+                   help="candidates compiled at once, each in its own build tree, while the benchmarks "
+                   "of another run (default: a quarter of the cores, at most 8)")
     p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
                    "(default: 20 times the baseline build, at least 5 minutes)")
     p.add_argument("--repeats", type=_positive_int, default=5,

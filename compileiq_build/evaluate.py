@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq_build.build import BuildTree
+from compileiq_build.build import BuildResult, BuildTree
 from compileiq_build.codeinfo import code_digest, object_files, resource_features
 from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import GpuMonitor, slowdowns
@@ -62,15 +62,25 @@ def sampling_done(costs: Mapping[str, tuple[list[float], list[float]]], pairs: i
     return True
 
 
+@dataclass(frozen=True)
+class Built:
+    """A compiled candidate, not yet measured."""
+
+    tree: BuildTree
+    result: BuildResult
+    digest: str
+    features: dict[str, float]
+
+
 class Evaluator:
     def __init__(self, target: Target, benchmarks: list[Benchmark], baseline_tree: BuildTree,
-                 candidate_tree: BuildTree, store: Store, session: int, sampling: Sampling,
+                 candidate_trees: list[BuildTree], store: Store, session: int, sampling: Sampling,
                  jobs: int | None, report: Reporter, build_timeout: float | None = None,
                  monitor: GpuMonitor | None = None) -> None:
         self.target = target
         self.benchmarks = benchmarks
         self.baseline_tree = baseline_tree
-        self.candidate_tree = candidate_tree
+        self.candidate_trees = candidate_trees  # one per candidate compiled ahead
         self.store = store
         self.session = session
         self.sampling = sampling
@@ -136,53 +146,64 @@ class Evaluator:
             resolved.append(bench)
         self.benchmarks = resolved
 
+    def build(self, flags: Mapping[str, tuple[str, ...]], tree: BuildTree) -> Built:
+        """Compile a candidate in `tree` (safe to run in a thread: it touches no store)."""
+        tree.write_flags({self.target.name: flags})
+        # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
+        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
+        built = tree.build(self.ninja_targets, timeout=timeout, jobs=self.jobs)
+        if not built.ok:
+            return Built(tree, built, "", {})
+        return Built(tree, built, code_digest(object_files(tree.path, self.target.name)),
+                     resource_features(built.log))
+
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, numerics: bool = False,
-                 sampling: Sampling | None = None) -> Outcome:
+                 sampling: Sampling | None = None, built: Built | None = None) -> Outcome:
+        """Build (unless `built` is the candidate compiled ahead) and measure one candidate."""
         sampling = sampling or self.sampling
         key = config_key(config)
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase)
-        self.candidate_tree.write_flags({self.target.name: flags})
-        # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
-        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
-        built = self.candidate_tree.build(self.ninja_targets, timeout=timeout, jobs=self.jobs)
-        if not built.ok:
-            self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.log), built.seconds)
+        built = built or self.build(flags, self.candidate_trees[0])
+        if not built.result.ok:
+            self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.result.log),
+                                         built.result.seconds)
             return self._outcome(evaluation)
-        twin = self._same_code(evaluation, phase, built.log)
+        twin = self._same_code(evaluation, phase, built)
         if twin is not None:
             self.dedup_hits += 1
             what = "the baseline" if twin == SAME_AS_BASELINE else f"evaluation {twin}"
-            self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}", built.seconds)
+            self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}",
+                                         built.result.seconds)
             return self._outcome(evaluation)
         status, reason = MEASURED, ""
         for bench in self.benchmarks:
-            error = self._measure(evaluation, bench, sampling, numerics)
+            error = self._measure(evaluation, bench, sampling, numerics, built.tree)
             if error:
                 status, reason = INVALID, f"{bench.workload}: {error}"
                 break
-        self.store.finish_evaluation(evaluation, status, reason, built.seconds)
+        self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
 
-    def _same_code(self, evaluation: int, phase: str, build_log: str) -> int | None:
+    def _same_code(self, evaluation: int, phase: str, built: Built) -> int | None:
         """Record the candidate's code digest and compile-time features; in the search, return
         the evaluation (or the baseline) that already measured the same machine code."""
-        digest = code_digest(object_files(self.candidate_tree.path, self.target.name))
         twin = None
-        if phase == "search" and digest:
-            if digest == self.baseline_digest:
+        if phase == "search" and built.digest:
+            if built.digest == self.baseline_digest:
                 twin = SAME_AS_BASELINE
             else:
                 twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
-                             if r.digest == digest and r.status == MEASURED and r.same_as is None
+                             if r.digest == built.digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
-        self.store.set_code(evaluation, digest, resource_features(build_log), twin)
+        self.store.set_code(evaluation, built.digest, built.features, twin)
         return twin
 
-    def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool) -> str:
+    def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
+                 tree: BuildTree) -> str:
         """Paired runs until the comparison is decided or precise; returns the candidate's error."""
-        cand_exe = self._executable(bench, self.candidate_tree)
+        cand_exe = self._executable(bench, tree)
         base_exe = self._executable(bench, self.baseline_tree)
         timeout = self._timeout(bench)
         order = random.Random(f"{evaluation}:{bench.index}")

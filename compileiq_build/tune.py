@@ -8,11 +8,13 @@ sample in flight and the next run resumes from the store.
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
 import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +28,7 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.gpu import GpuMonitor
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
-from compileiq_build.search import Trial, config_key, make_strategy
+from compileiq_build.search import Config, Strategy, Trial, config_key, make_strategy
 from compileiq_build.selection import (
     FINALISTS,
     NoWinner,
@@ -47,7 +49,7 @@ class TuneOptions:
     strategy: str = "model"
     targets: Sequence[str] = ()
     output: Path | None = None
-    jobs: int | None = None
+    jobs: int | None = None  # candidates compiled at once (each in its own build tree)
     build_timeout: float | None = None  # seconds per candidate build; default 20x the baseline's
     repeats: int = 5  # paired runs per workload and candidate, at least
     max_repeats: int = 20  # ... and at most
@@ -172,11 +174,14 @@ class Tuner:
         session = store.start_session(command, self._environment())
         self.report.phase("configuring the tuning build trees")
         baseline_tree = BuildTree(self.project, self.work / "baseline")
-        candidate_tree = BuildTree(self.project, self.work / "candidate")
-        for tree in (baseline_tree, candidate_tree):
-            tree.configure(arch)
+        parallel = self._parallel()
+        candidate_trees = [BuildTree(self.project, self.work / f"candidate-{i}") for i in range(parallel)]
+        trees = [baseline_tree, *candidate_trees]
+        with ThreadPoolExecutor(len(trees)) as pool:
+            list(pool.map(lambda tree: tree.configure(arch), trees))
+        for tree in trees:
             tree.write_flags({})
-        tree_project = candidate_tree.project
+        tree_project = baseline_tree.project
         for target in targets:
             if arch and "CUDA" in target.languages and (warning := jit_warning(target, arch)):
                 self.report.note(f"warning: {warning}")
@@ -186,10 +191,10 @@ class Tuner:
             evaluator = Evaluator(
                 target=tree_project.target(target.name),
                 benchmarks=tree_project.benchmarks_for(target.name),
-                baseline_tree=baseline_tree, candidate_tree=candidate_tree,
+                baseline_tree=baseline_tree, candidate_trees=candidate_trees,
                 store=store, session=session, sampling=self._sampling(),
-                jobs=self.options.jobs, report=self.report, build_timeout=self.options.build_timeout,
-                monitor=monitor)
+                jobs=self._ninja_jobs(parallel), report=self.report,
+                build_timeout=self.options.build_timeout, monitor=monitor)
             evaluator.prepare_baseline()
             space = self._space(target, tree_project)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
@@ -207,8 +212,8 @@ class Tuner:
             else:
                 result.losers.append(decision)
                 self.report.note(f"{target.name}: {decision.reason}; it keeps the project's flags")
-        baseline_tree.write_flags({})
-        candidate_tree.write_flags({})
+        for tree in trees:
+            tree.write_flags({})
         output = self.options.output or (self.project.source_dir / DEFAULT_NAME)
         write(output, render(result.winners, result.losers, self._provenance()))
         result.toolchain = output
@@ -237,28 +242,66 @@ class Tuner:
         return [Trial(o.evaluation.config, o.ratio, o.faster)
                 for o in outcomes(store, evaluator.target.name, evaluator.arch_keys, "search")]
 
+    def _parallel(self) -> int:
+        """Candidates compiled at once: --jobs, else a quarter of the cores (at most 8)."""
+        if self.options.jobs:
+            return self.options.jobs
+        return max(1, min(8, (os.cpu_count() or 1) // 4))
+
+    @staticmethod
+    def _ninja_jobs(parallel: int) -> int | None:
+        """Ninja's parallelism in each candidate tree: the cores shared among the trees."""
+        return None if parallel == 1 else max(1, (os.cpu_count() or 1) // parallel)
+
+    def _batch(self, strategy: Strategy, space: FlagSpace, trials: list[Trial], size: int) -> list[Config]:
+        """The next `size` proposals, each made as if the ones before had measured neutral
+        (the "constant liar"), so that they can be compiled together."""
+        batch: list[Config] = []
+        assumed = list(trials)
+        while len(batch) < size:
+            config = strategy.propose(space, assumed)
+            if config is None:
+                break
+            batch.append(config)
+            assumed.append(Trial(config, 1.0, False))
+        return batch
+
     def _search(self, evaluator: Evaluator, space: FlagSpace) -> None:
         strategy = make_strategy(self.options.strategy, self.options.seed)
         store = evaluator.store
-        while True:
-            self.check_interrupt()
-            trials = self._trials(store, evaluator)
-            if len(trials) >= self.options.budget:
-                self.report.note(f"{evaluator.target.name}: budget of {self.options.budget} "
-                                 "evaluations reached")
-                return
-            if self.out_of_time():
-                self.report.note("time limit reached")
-                return
-            config = strategy.propose(space, trials)
-            if config is None:
-                why = getattr(strategy, "stop_reason", "") or "nothing more to try"
-                self.report.note(f"{evaluator.target.name}: strategy {strategy.name} stops: {why}")
-                return
-            self.report.evaluating(evaluator.target.name, len(trials), config_key(config))
-            outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",
-                                         numerics=space.changes_numerics(config))
-            self.report.outcome(evaluator.target.name, outcome)
+        name = evaluator.target.name
+        trees = evaluator.candidate_trees
+        # CPU benchmarks are measured only once the compilers are done: they share the cores.
+        overlap = "CUDA" in evaluator.target.languages
+        with ThreadPoolExecutor(len(trees)) as pool:
+            while True:
+                self.check_interrupt()
+                trials = self._trials(store, evaluator)
+                if len(trials) >= self.options.budget:
+                    self.report.note(f"{name}: budget of {self.options.budget} evaluations reached")
+                    return
+                if self.out_of_time():
+                    self.report.note("time limit reached")
+                    return
+                size = min(len(trees), self.options.budget - len(trials))
+                batch = self._batch(strategy, space, trials, size)
+                if not batch:
+                    why = getattr(strategy, "stop_reason", "") or "nothing more to try"
+                    self.report.note(f"{name}: strategy {strategy.name} stops: {why}")
+                    return
+                if len(batch) > 1:
+                    self.report.phase(f"{name}: compiling {len(batch)} candidates at once")
+                builds = [pool.submit(evaluator.build, space.flags(c), tree)
+                          for c, tree in zip(batch, trees, strict=False)]
+                if not overlap:
+                    wait(builds)
+                for i, (config, build) in enumerate(zip(batch, builds, strict=True)):
+                    self.check_interrupt()
+                    self.report.evaluating(name, len(trials) + i, config_key(config))
+                    outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",
+                                                 numerics=space.changes_numerics(config),
+                                                 built=build.result())
+                    self.report.outcome(name, outcome)
 
     def _sampling(self) -> Sampling:
         o = self.options
