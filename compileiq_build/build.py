@@ -89,12 +89,14 @@ class BuildTree:
                 "The project configures differently from the user's build folder; "
                 "fix the error above, or delete the folder and try again.")
 
-    def write_flags(self, flags_by_target: Mapping[str, Mapping[str, Iterable[str]]]) -> None:
-        """Set every tuned target's candidate flags (absent = the project's own flags).
+    def write_flags(self, flags_by_target: Mapping[str, Mapping[str, Iterable[str]]]) -> set[tuple[str, str]]:
+        """Set every tuned target's candidate flags (absent = the project's own flags); returns
+        the (target, language) pairs whose file changed.
 
         A file is rewritten only when its text changes, so Ninja rebuilds only
         the objects whose flags changed.
         """
+        changed: set[tuple[str, str]] = set()
         for target in self.project.targets:
             for lang, path in target.candidate_files.items():
                 flags = list(flags_by_target.get(target.name, {}).get(lang, ()))
@@ -103,6 +105,8 @@ class BuildTree:
                 text = "".join(f"{f}\n" for f in flags)
                 if not path.is_file() or path.read_text() != text:
                     path.write_text(text)
+                    changed.add((target.name, lang))
+        return changed
 
     def build(self, ninja_targets: Iterable[str], timeout: float, jobs: int | None = None) -> BuildResult:
         cmd = [self.user.make_program or "ninja", "-C", str(self.path)]

@@ -13,7 +13,10 @@ _FIXES = {
     "ninja": "python -m pip install ninja",
     "nvcc": "install the CUDA toolkit and put its bin folder on PATH (needed for CUDA targets only)",
     "c++": "install a C++ compiler, e.g. apt-get install g++",
+    "cuobjdump": "python -m pip install nvidia-cuda-cuobjdump (machine-code dedup of CUDA candidates)",
+    "nvdisasm": "python -m pip install nvidia-cuda-nvdisasm (machine-code dedup of CUDA candidates)",
 }
+_OPTIONAL = ("nvcc", "cuobjdump", "nvdisasm")
 
 
 def _version(tool: str | None) -> str:
@@ -24,7 +27,8 @@ def _version(tool: str | None) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    return lines[-1] if "nvcc" in tool and lines else (lines[0] if lines else "")
+    nvidia = Path(tool).name in ("nvcc", "cuobjdump", "nvdisasm")  # their last line is the build
+    return lines[-1] if nvidia and lines else (lines[0] if lines else "")
 
 
 def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
@@ -51,14 +55,14 @@ def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
 def doctor(build_dir: Path | None = None) -> tuple[str, bool]:
     lines = [f"compileiq_build {__version__}", f"CMake module: {cmake_dir()}"]
     ok = True
-    for name in ("cmake", "ninja", "nvcc", "c++"):
+    for name in ("cmake", "ninja", "nvcc", "c++", "cuobjdump", "nvdisasm"):
         path = environment.find_tool(name)
         version = _version(path)
         if version:
             lines.append(f"{name:6} {version} ({path})")
         else:
             lines.append(f"{name:6} MISSING: {_FIXES[name]}")
-            ok = ok and name == "nvcc"
+            ok = ok and name in _OPTIONAL
     try:
         import lightgbm
 

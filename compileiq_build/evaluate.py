@@ -148,10 +148,17 @@ class Evaluator:
 
     def build(self, flags: Mapping[str, tuple[str, ...]], tree: BuildTree) -> Built:
         """Compile a candidate in `tree` (safe to run in a thread: it touches no store)."""
-        tree.write_flags({self.target.name: flags})
+        changed = tree.write_flags({self.target.name: flags})
         # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
         timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
         built = tree.build(self.ninja_targets, timeout=timeout, jobs=self.jobs)
+        counts = self.target.source_counts
+        if built.ok and "ninja: no work to do" in built.log and any(
+                counts.get(lang, 0) for t, lang in changed if t == self.target.name):
+            # New flags that rebuild nothing would measure the old binary as this candidate.
+            raise CompileIQError(
+                f"new flags for {self.target.name} rebuilt nothing in {tree.path}: its objects do not "
+                "depend on the CompileIQ flags file. Please report this with the project's CMakeLists.txt.")
         if not built.ok:
             return Built(tree, built, "", {})
         return Built(tree, built, code_digest(object_files(tree.path, self.target.name)),

@@ -110,7 +110,7 @@ def _readings(bench: Benchmark, stdout: str, wall: float, workdir: Path, scratch
 
 def _evidence(bench: Benchmark, stdout: str, workdir: Path) -> str | bytes | None:
     if bench.checksum:
-        matches = list(re.finditer(bench.checksum, stdout))
+        matches = list(re.finditer(bench.checksum, stdout, re.MULTILINE))
         if not matches or not matches[-1].groups():
             raise ParseError(f"CHECKSUM {bench.checksum!r} matched nothing in the output")
         return matches[-1].group(1)

@@ -58,7 +58,7 @@ def _scale(bench: Benchmark, number: float) -> float:
 
 def parse_regex(bench: Benchmark, stdout: str) -> list[Reading]:
     try:
-        pattern = re.compile(bench.regex)
+        pattern = re.compile(bench.regex, re.MULTILINE)  # ^ and $ match at each line
     except re.error as exc:
         raise ParseError(f"REGEX {bench.regex!r} is not a valid regular expression: {exc}") from None
     if pattern.groups < 1:

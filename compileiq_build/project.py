@@ -42,6 +42,7 @@ class Target:
     arch_keys: dict[str, str]  # language -> sm_90 / x86_64 / portable
     project_architectures: tuple[str, ...] = ()
     candidate_files: dict[str, Path] = field(default_factory=dict)
+    source_counts: dict[str, int] = field(default_factory=dict)  # sources per language (tuning trees)
     applied_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -182,13 +183,15 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
         tw = f"{where}: targets[{i}]"
         t = _obj(t, tw)
         per_lang = _obj(t.get("per_language", {}), tw)
-        arch_keys, files, applied = {}, {}, {}
+        arch_keys, files, applied, counts = {}, {}, {}, {}
         project_archs: tuple[str, ...] = ()
         for lang, info in per_lang.items():
             info = _obj(info, f"{tw}.{lang}")
             arch_keys[lang] = _str(info, "arch_key", tw)
             if info.get("candidate_file"):
                 files[lang] = Path(_str(info, "candidate_file", tw))
+            if isinstance(info.get("sources"), int):
+                counts[lang] = info["sources"]
             applied[lang] = _strs(info, "applied_flags", tw)
             if lang == "CUDA":
                 project_archs = _strs(info, "project_architectures", tw)
@@ -204,6 +207,7 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
                 arch_keys=arch_keys,
                 project_architectures=project_archs,
                 candidate_files=files,
+                source_counts=counts,
                 applied_flags=applied,
             )
         )
@@ -214,7 +218,7 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
         fmt = _str(b, "format", bw) or "auto"
         if fmt not in FORMATS:
             raise CompileIQError(f"{bw}: unknown format {fmt!r}")
-        unit = _str(b, "unit", bw) or "s"
+        unit = _str(b, "unit", bw) or "s"  # rates (HIGHER_IS_BETTER) have no unit
         if unit not in UNIT_SECONDS:
             raise CompileIQError(f"{bw}: unknown unit {unit!r}")
         timeout = _number(b, "timeout", bw)

@@ -59,6 +59,7 @@ def test_candidate_file_rebuilds_only_the_changed_target(cxx_project, configure)
     configure.build(build)
     opts = build / "compileiq" / "candidate" / "saxpy.CXX.opts"
     assert opts.is_file() and opts.read_text() == ""
+    assert load_manifest(build / "compileiq" / "manifest.json").targets[0].source_counts == {"CXX": 1}
     assert f"@{opts}" in compile_commands(build)["saxpy.cpp"]
     assert "@" not in compile_commands(build)["untouched.cpp"]
     opts.write_text("-O2\n")
@@ -223,3 +224,25 @@ def test_same_compiler_applies_flags_without_checks(cxx_project, configure):
                          "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O2]=])\n")
     proc = configure(cxx_project, cxx_project / "build", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     assert "were tuned with" not in proc.stderr
+
+
+def test_candidate_file_dependency_for_targets_in_subdirectories(tmp_path, configure):
+    """Found on HeCBench: the target lives in src/sub, the module's deferred code runs in the
+    top-level directory, and relative source paths must still reach the target's sources."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "lib.cpp").write_text("int f() { return 1; }\n")
+    (src / "sub" / "main.cpp").write_text("int f(); int main() { return f() - 1; }\n")
+    (src / "sub" / "CMakeLists.txt").write_text(
+        "add_library(lib STATIC lib.cpp)\nadd_executable(app main.cpp)\n"
+        "target_link_libraries(app PRIVATE lib)\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
+        "find_package(CompileIQ CONFIG REQUIRED)\nadd_subdirectory(sub)\n"
+        "compileiq_tune(lib LANGUAGES CXX)\ncompileiq_add_benchmark(b COMMAND app FORMAT time)\n")
+    build = tmp_path / "build"
+    configure(src, build, "-DCOMPILEIQ_CANDIDATE_FLAGS=ON")
+    configure.build(build)
+    (build / "compileiq" / "candidate" / "lib.CXX.opts").write_text("-O2\n")
+    out = configure.build(build, "app").stdout
+    assert re.findall(r"Building CXX object (\S+)", out) == ["sub/CMakeFiles/lib.dir/lib.cpp.o"]
