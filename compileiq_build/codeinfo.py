@@ -17,7 +17,11 @@ from pathlib import Path
 
 from compileiq_build.environment import find_tool
 
-_USED = re.compile(r"Used (\d+) registers")
+# ptxas at compile time ("Used 40 registers", "... bytes stack frame, ... spill ...") and, with
+# separable compilation, nvlink at the device link ("used 40 registers, ..., 0 stack, ...
+# bytes smem, ... bytes lmem").
+_USED = re.compile(r"[Uu]sed (\d+) registers")
+_NVLINK = re.compile(r"(\d+) stack, \d+ bytes smem, .*?(\d+) bytes lmem")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
 
@@ -47,7 +51,12 @@ def _disassemble(obj: Path) -> bytes:
         if proc is not None and proc.returncode == 0:
             lines = proc.stdout.splitlines()
             if cuda:
-                return b"\n".join(line for line in lines if _SASS.match(line))
+                sass = [line for line in lines if _SASS.match(line)]
+                if sass:
+                    return b"\n".join(sass)
+                # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): compare whole
+                # files, which never calls two different candidates the same.
+                return obj.read_bytes()
             # Drop the lines that name the file; keep the code.
             return b"\n".join(line for line in lines if str(obj).encode() not in line
                                and b"file format" not in line)
@@ -66,16 +75,17 @@ def code_digest(objects: list[Path]) -> str:
 
 
 def resource_features(build_output: str) -> dict[str, float]:
-    """Totals and maxima of ptxas' resource report (nvcc --resource-usage) over all kernels."""
+    """Totals and maxima of the resource report (nvcc --resource-usage) over all kernels."""
     registers = [int(m) for m in _USED.findall(build_output)]
     if not registers:
         return {}
     frames = [tuple(map(int, m)) for m in _FRAME.findall(build_output)]
+    linked = [tuple(map(int, m)) for m in _NVLINK.findall(build_output)]
     smem = [int(m) for m in _SMEM.findall(build_output)]
     return {
         "registers_max": float(max(registers)),
         "registers_sum": float(sum(registers)),
-        "stack_bytes": float(sum(f[0] for f in frames)),
-        "spill_bytes": float(sum(f[1] + f[2] for f in frames)),
+        "stack_bytes": float(sum(f[0] for f in frames) + sum(n[0] for n in linked)),
+        "spill_bytes": float(sum(f[1] + f[2] for f in frames) + sum(n[1] for n in linked)),
         "smem_bytes": float(sum(smem)),
     }

@@ -64,3 +64,18 @@ def test_cxx_digest_and_object_discovery(tmp_path):
         digests[name] = code_digest([obj])
     assert digests["a"] == digests["b"] != digests["c"]
     assert code_digest([]) == ""
+
+
+def test_objects_without_sass_are_never_called_identical(tmp_path, nvcc):
+    """-dlto objects hold NVVM IR: no SASS to compare, so the whole files are."""
+    if not find_tool("cuobjdump") or not find_tool("nvdisasm"):
+        pytest.skip("cuobjdump/nvdisasm are not installed")
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    for name, flags in (("a", ()), ("b", ("--ptxas-options=-O1",))):
+        out = tmp_path / name / "k.cu.o"
+        out.parent.mkdir()
+        proc = subprocess.run([nvcc, "-c", str(src), "-o", str(out), "-arch=sm_90", "-rdc=true", "-dlto",
+                               *flags], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    assert code_digest([tmp_path / "a" / "k.cu.o"]) != code_digest([tmp_path / "b" / "k.cu.o"])
