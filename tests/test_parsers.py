@@ -147,3 +147,18 @@ def test_real_nvbench_process(tmp_path):
     assert run.ok, run.error
     assert len(run.samples) == 2  # one workload per NVBench state (two Elements values)
     assert all(s.workload.startswith("b[-b saxpy]/saxpy[") and s.cost > 0 for s in run.samples)
+
+
+def test_csv_on_real_google_benchmark_csv_output():
+    rows = parse_csv(bench(format="csv", column="real_time", unit="ns"), (DATA / "gbench.csv").read_text())
+    assert [r.entry for r in rows] == ["sum_list/1024", "sum_list/4096", "sum_list/16384", "sort_small"]
+    assert rows[0].value == pytest.approx(6227.33e-9)
+
+
+def test_regex_on_real_sample_benchmark_outputs():
+    (t,) = parse_regex(bench(format="regex", regex=r"time_ms: ([0-9.eE+-]+)", unit="ms"),
+                       (DATA / "sample_bench_matmul.txt").read_text())
+    assert t.value == pytest.approx(0.563641e-3)
+    (rate,) = parse_regex(bench(format="regex", regex=r"^gbps: ([0-9.eE+-]+)$", higher_is_better=True),
+                          (DATA / "sample_bench_blur.txt").read_text())
+    assert rate.value == pytest.approx(19.4899)  # ^ and $ match per line
