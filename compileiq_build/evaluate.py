@@ -215,45 +215,54 @@ class Evaluator:
         timeout = self._timeout(bench)
         order = random.Random(f"{evaluation}:{bench.index}")
         costs: dict[str, tuple[list[float], list[float]]] = {}
+        slowed: list[Run] = []  # runs during which the GPU slowed down: one warning at the end
         start = time.monotonic()
-        for rep in range(sampling.max_pairs):
-            runs: dict[str, Run] = {}
-            for role in order.sample(("candidate", "baseline"), 2):
-                runs[role] = run_workload(bench, cand_exe if role == "candidate" else base_exe,
-                                          timeout, monitor=self.monitor)
-                for sample in runs[role].samples:
-                    self.store.add_sample(evaluation, role, rep, sample)
-                self._warn_slowdowns(runs[role])
-            cand, base = runs["candidate"], runs["baseline"]
-            if not cand.ok:
-                return cand.error
-            if not base.ok:
-                raise CompileIQError(
-                    f"benchmark '{bench.workload}' failed with the project's own flags during "
-                    f"tuning: {base.error}. The benchmark is unreliable; fix it and run tune again.")
-            mismatch = compare_evidence(self.evidence.get(bench.workload), cand.evidence,
-                                        bench.tolerance if numerics else None)
-            if mismatch:
-                what = "checksum" if bench.checksum else "output file"
-                return f"{what} {mismatch}"
-            base_by_entry = {b.workload: b for b in base.samples}
-            if {c.workload for c in cand.samples} != set(base_by_entry):
-                return "the candidate reported other entries than the baseline"
-            for c in cand.samples:
-                pair = costs.setdefault(c.workload, ([], []))
-                pair[0].append(c.cost or 0.0)
-                pair[1].append(base_by_entry[c.workload].cost or 0.0)
-            if sampling_done(costs, rep + 1, sampling, time.monotonic() - start):
-                break
-        return ""
+        runs_done = 0
+        try:
+            for rep in range(sampling.max_pairs):
+                runs: dict[str, Run] = {}
+                for role in order.sample(("candidate", "baseline"), 2):
+                    runs[role] = run_workload(bench, cand_exe if role == "candidate" else base_exe,
+                                              timeout, monitor=self.monitor)
+                    runs_done += 1
+                    for sample in runs[role].samples:
+                        self.store.add_sample(evaluation, role, rep, sample)
+                    if runs[role].samples and slowdowns(runs[role].samples[0].gpu):
+                        slowed.append(runs[role])
+                cand, base = runs["candidate"], runs["baseline"]
+                if not cand.ok:
+                    return cand.error
+                if not base.ok:
+                    raise CompileIQError(
+                        f"benchmark '{bench.workload}' failed with the project's own flags during "
+                        f"tuning: {base.error}. The benchmark is unreliable; fix it and run tune again.")
+                mismatch = compare_evidence(self.evidence.get(bench.workload), cand.evidence,
+                                            bench.tolerance if numerics else None)
+                if mismatch:
+                    what = "checksum" if bench.checksum else "output file"
+                    return f"{what} {mismatch}"
+                base_by_entry = {b.workload: b for b in base.samples}
+                if {c.workload for c in cand.samples} != set(base_by_entry):
+                    return "the candidate reported other entries than the baseline"
+                for c in cand.samples:
+                    pair = costs.setdefault(c.workload, ([], []))
+                    pair[0].append(c.cost or 0.0)
+                    pair[1].append(base_by_entry[c.workload].cost or 0.0)
+                if sampling_done(costs, rep + 1, sampling, time.monotonic() - start):
+                    break
+            return ""
+        finally:
+            self._warn_slowdowns(bench, slowed, runs_done)
 
-    def _warn_slowdowns(self, run: Run) -> None:
-        for sample in run.samples[:1]:
-            reasons = slowdowns(sample.gpu)
-            if reasons:
-                self.report.note(f"GPU slowdown during {sample.workload}: {', '.join(reasons)} "
-                                 f"(SM clock down to {sample.gpu.get('sm_clock_min_mhz')} MHz); "
-                                 "its measurements are kept but are noisier")
+    def _warn_slowdowns(self, bench: Benchmark, slowed: list[Run], runs: int) -> None:
+        """One warning per workload and candidate, however many runs the GPU slowed down."""
+        if not slowed:
+            return
+        reasons = sorted({r for run in slowed for r in slowdowns(run.samples[0].gpu)})
+        lowest = min(run.samples[0].gpu.get("sm_clock_min_mhz", 0) for run in slowed)
+        self.report.note(f"GPU slowdown during {len(slowed)} of {runs} runs of {bench.workload}: "
+                         f"{', '.join(reasons)} (SM clock down to {lowest} MHz); the measurements are "
+                         "kept, paired with the baseline's, but are noisier")
 
     def _outcome(self, evaluation: int) -> Outcome:
         return summarize(self.store, self.store.evaluation(evaluation))

@@ -72,3 +72,22 @@ def test_one_plain_line_per_evaluation_elsewhere():
     expected = r"\[saxpy 3/3, best 2\.500x, 0 failed, ETA \S+\] k2: faster: saxpy\[1\] 2\.500x"
     assert re.match(expected, lines[2])
     assert "\x1b[" not in out.getvalue()
+
+
+def test_one_warning_per_workload_for_gpu_slowdowns():
+    from compileiq_build.evaluate import Evaluator
+    from compileiq_build.measure import Run, Sample
+
+    out = io.StringIO()
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.report = Reporter(Console(file=out, force_terminal=False, width=200))
+    bench = type("B", (), {"workload": "gemm[--n 4096]"})()
+    states = [{"clock_event_reasons": 0x4, "sm_clock_min_mhz": 1905},
+              {"clock_event_reasons": 0x4 | 0x20, "sm_clock_min_mhz": 1755}]
+    slowed = [Run([Sample("gemm[--n 4096]", 1.0, 1.0, 0.1, 0, "", g)]) for g in states]
+    evaluator._warn_slowdowns(bench, slowed, 10)
+    evaluator._warn_slowdowns(bench, [], 10)
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 1
+    assert ("GPU slowdown during 2 of 10 runs of gemm[--n 4096]: software power cap, software thermal "
+            "slowdown (SM clock down to 1755 MHz)") in lines[0]
