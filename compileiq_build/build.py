@@ -62,10 +62,14 @@ class BuildTree:
     def __init__(self, project: Project, path: Path) -> None:
         self.user = project
         self.path = path
+        self._project: Project | None = None
 
     @property
     def project(self) -> Project:
-        return load_manifest(self.path / MANIFEST)
+        """The tree's own manifest (its executables, its flags files), read once per configure."""
+        if self._project is None:
+            self._project = load_manifest(self.path / MANIFEST)
+        return self._project
 
     def configure(self, tuning_arch: str, timeout: float = 1800) -> None:
         """Configure once; later calls reuse the tree when it is already set up."""
@@ -73,7 +77,9 @@ class BuildTree:
         if manifest.is_file():
             current = load_manifest(manifest)
             if current.candidate_flags and current.tuning_arch == tuning_arch:
+                self._project = current
                 return
+        self._project = None
         self.path.mkdir(parents=True, exist_ok=True)
         init = self.path.parent / f"{self.path.name}-init.cmake"
         init.write_text(initial_cache(self.user.binary_dir, self.path))
@@ -82,7 +88,11 @@ class BuildTree:
                "-DCOMPILEIQ_CANDIDATE_FLAGS=ON", f"-DCOMPILEIQ_TUNING_ARCH={tuning_arch}"]
         if self.user.make_program:
             cmd.append(f"-DCMAKE_MAKE_PROGRAM={self.user.make_program}")
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        try:
+            proc = process.run(cmd, timeout)
+        except subprocess.TimeoutExpired:
+            raise CompileIQError(
+                f"configuring the tuning tree {self.path} took over {timeout:.0f} s") from None
         if proc.returncode != 0:
             raise CompileIQError(
                 f"configuring the tuning tree {self.path} failed:\n{proc.stderr[-3000:]}\n"

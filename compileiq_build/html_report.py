@@ -20,7 +20,8 @@ from typing import Any
 import jinja2
 
 from compileiq_build import __version__
-from compileiq_build.selection import NoWinner, Outcome, Winner, arch_sets, decide, outcomes
+from compileiq_build.gpu import slowdowns
+from compileiq_build.selection import NoWinner, Outcome, Winner, decide, outcomes, pairs
 from compileiq_build.space import DEFAULT
 from compileiq_build.store import Store
 
@@ -189,7 +190,7 @@ def _gpu_ranges(store: Store) -> dict[str, Any]:
                               f"{max(s['sm_clock_max_mhz'] for s in states)}",
             "memory clock (MHz)": str(max(s["mem_clock_mhz"] for s in states)),
             "highest temperature (C)": str(max(s["temperature_max_c"] for s in states)),
-            "runs with a slowdown reason": str(sum(1 for s in states if s["clock_event_reasons"] & 0xEC))}
+            "runs with a slowdown reason": str(sum(1 for s in states if slowdowns(s)))}
 
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("compileiq_build", "templates"),
@@ -199,9 +200,7 @@ _ENV.tests["instanceof"] = isinstance
 
 
 def render_html(store: Store, title: str) -> str:
-    views = [_view(store, target, arch)
-             for target in sorted({r.target for r in store.evaluations()})
-             for arch in arch_sets(store, target)]
+    views = [_view(store, target, arch) for target, arch in pairs(store)]
     sessions = store.sessions()
     env = sessions[-1][3] if sessions else {}
     return _ENV.get_template("report.html.j2").render(

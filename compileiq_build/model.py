@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from compileiq_build.search import BASELINE, Config, Trial, config_key
+from compileiq_build.search import BASELINE, Config, Trial, config_key, full_config
 from compileiq_build.space import DEFAULT, FlagSpace
 
 # Cost ratio assumed for a configuration that failed to build or run: it must look bad,
@@ -49,11 +49,6 @@ class ModelGuided:
         self.stop_reason = ""
 
     # -- candidates -------------------------------------------------------------
-    def _full(self, space: FlagSpace, partial: Mapping[str, str]) -> Config:
-        config = space.default_config()
-        config.update({k: v for k, v in partial.items() if k in config})
-        return config
-
     def _pool(self, space: FlagSpace, seen: set[str], incumbent: Config, rng: random.Random) -> list[Config]:
         dims = space.dimensions
         choices = [(DEFAULT, *d.values) for d in dims]
@@ -92,7 +87,7 @@ class ModelGuided:
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
         self.stop_reason = ""
         rng = random.Random(f"{self.seed}:{len(history)}")
-        trials = [(self._full(space, t.config), t) for t in history]
+        trials = [(full_config(space, t.config), t) for t in history]
         seen = {config_key(c) for c, _ in trials}
         ratios = [t.ratio for _, t in trials if t.ratio is not None]
         best = min([1.0, *ratios])

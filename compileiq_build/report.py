@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
-from compileiq_build.selection import NoWinner, Winner, decide, outcomes, portable_set
+from compileiq_build.selection import NoWinner, Winner, decide, outcomes, pairs, portable_set
 from compileiq_build.space import DEFAULT, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
 from compileiq_build.store import STORE, Store, open_store
@@ -25,15 +25,8 @@ def _open(build_dir: Path) -> Store:
     return open_store(build_dir)
 
 
-def _pairs(store: Store) -> list[tuple[str, dict[str, str]]]:
-    seen: dict[tuple[str, str], dict[str, str]] = {}
-    for row in store.evaluations():
-        seen.setdefault((row.target, repr(sorted(row.arch_keys.items()))), row.arch_keys)
-    return [(target, arch) for (target, _), arch in sorted(seen.items())]
-
-
 def decisions(store: Store) -> list[Winner | NoWinner]:
-    return [decide(store, target, arch) for target, arch in _pairs(store)]
+    return [decide(store, target, arch) for target, arch in pairs(store)]
 
 
 def _values(store: Store, evaluation: int) -> dict[tuple[str, str], list[float]]:
@@ -57,7 +50,7 @@ def report(build_dir: Path) -> str:
     store = _open(build_dir)
     try:
         lines = []
-        for target, arch in _pairs(store):
+        for target, arch in pairs(store):
             searched = outcomes(store, target, arch, "search")
             verdicts: dict[str, int] = {}
             for o in searched:
@@ -110,13 +103,13 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
     workloads of the baseline's median time times the candidate's median paired ratio."""
     store = _open(build_dir)
     try:
-        pairs = _pairs(store)
-        names = sorted({t for t, _ in pairs})
+        found = pairs(store)
+        names = sorted({t for t, _ in found})
         if target is None and len(names) == 1:
             target = names[0]
         if target not in names:
             raise CompileIQError(f"name the target of the table with --target: {', '.join(names) or 'none'}")
-        arch = next(a for t, a in pairs if t == target)
+        arch = next(a for t, a in found if t == target)
         searched = [o for o in outcomes(store, target, arch, "search") if o.valid]
         base: dict[str, list[float]] = {}
         for o in searched:

@@ -41,7 +41,8 @@ class Strategy(Protocol):
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None: ...
 
 
-def _full(space: FlagSpace, partial: Mapping[str, str]) -> Config:
+def full_config(space: FlagSpace, partial: Mapping[str, str]) -> Config:
+    """A stored (or partial) configuration with every dimension of `space` set."""
     config = space.default_config()
     config.update({k: v for k, v in partial.items() if k in config})
     return config
@@ -59,7 +60,7 @@ class Staged:
     name = "staged"
 
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
-        seen = {config_key(_full(space, t.config)): t for t in history}
+        seen = {config_key(full_config(space, t.config)): t for t in history}
         incumbent = space.default_config()
         incumbent_ratio = 1.0
         while True:
@@ -90,7 +91,7 @@ class RandomSearch:
         self.seed = seed
 
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
-        seen = {config_key(_full(space, t.config)) for t in history} | {BASELINE}
+        seen = {config_key(full_config(space, t.config)) for t in history} | {BASELINE}
         if len(seen) >= space.size:
             return None
         rng = random.Random(f"{self.seed}:{len(history)}")
@@ -107,7 +108,7 @@ class Exhaustive:
     name = "exhaustive"
 
     def propose(self, space: FlagSpace, history: Sequence[Trial]) -> Config | None:
-        seen = {config_key(_full(space, t.config)) for t in history} | {BASELINE}
+        seen = {config_key(full_config(space, t.config)) for t in history} | {BASELINE}
         keys = [d.key for d in space.dimensions]
         for values in itertools.product(*((DEFAULT, *d.values) for d in space.dimensions)):
             config = dict(zip(keys, values, strict=True))

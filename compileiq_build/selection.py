@@ -146,6 +146,12 @@ def arch_sets(store: Store, target: str) -> list[dict[str, str]]:
     return list(found.values())
 
 
+def pairs(store: Store) -> list[tuple[str, dict[str, str]]]:
+    """Every (target, architecture) the store holds evaluations of."""
+    targets = sorted({r.target for r in store.evaluations()})
+    return [(target, arch) for target in targets for arch in arch_sets(store, target)]
+
+
 def _measured(store: Store, target: str, arch: dict[str, str], key: str) -> Outcome | None:
     """The re-measurement of a configuration if there is one, else its search measurement."""
     for phase in ("validate", "search"):

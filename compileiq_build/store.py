@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +70,15 @@ class EvaluationRow:
     digest: str = ""
     same_as: int | None = None  # the evaluation whose samples stand for this one (same code)
     features: dict[str, float] | None = None
+
+
+_EVALUATION_COLUMNS = ("id, target, arch_keys, config_key, config, flags, strategy, phase, status, reason,"
+                       " build_seconds, digest, same_as, features")
+
+
+def _evaluation_row(r: Sequence[Any]) -> EvaluationRow:
+    return EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7],
+                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]))
 
 
 def arch_json(arch_keys: Mapping[str, str]) -> str:
@@ -154,17 +163,14 @@ class Store:
 
     def evaluations(self, target: str | None = None, arch_keys: Mapping[str, str] | None = None,
                     phase: str | None = None) -> list[EvaluationRow]:
-        query = ("SELECT id, target, arch_keys, config_key, config, flags, strategy, phase, status,"
-                 " reason, build_seconds, digest, same_as, features FROM evaluations WHERE 1=1")
+        query = f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE 1=1"
         args: list[object] = []
         arch = arch_json(arch_keys) if arch_keys is not None else None
         for column, value in (("target", target), ("arch_keys", arch), ("phase", phase)):
             if value is not None:
                 query += f" AND {column}=?"
                 args.append(value)
-        rows = self.db.execute(query + " ORDER BY id", args).fetchall()
-        return [EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6],
-                              r[7], r[8], r[9], r[10], r[11], r[12], json.loads(r[13])) for r in rows]
+        return [_evaluation_row(r) for r in self.db.execute(query + " ORDER BY id", args).fetchall()]
 
     def set_code(self, evaluation: int, digest: str, features: Mapping[str, float],
                  same_as: int | None) -> None:
@@ -173,7 +179,9 @@ class Store:
                        (digest, json.dumps(dict(features), sort_keys=True), same_as, evaluation))
 
     def evaluation(self, evaluation: int) -> EvaluationRow:
-        return next(r for r in self.evaluations() if r.id == evaluation)
+        row = self.db.execute(f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE id=?",
+                              (evaluation,)).fetchone()
+        return _evaluation_row(row)
 
     def samples(self, evaluation: int) -> list[tuple[str, str, int, float | None, str]]:
         """(workload, role, rep, cost, error) in the order they were taken."""

@@ -38,7 +38,7 @@ from compileiq_build.selection import (
     outcomes,
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
-from compileiq_build.store import Store, open_store
+from compileiq_build.store import STORE, Store, open_store
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, provenance, render, write
 
 
@@ -67,7 +67,6 @@ class TuneResult:
     winners: list[Winner] = field(default_factory=list)
     losers: list[NoWinner] = field(default_factory=list)
     toolchain: Path | None = None
-    evaluations: int = 0
 
 
 def select_targets(project: Project, names: Sequence[str], has_gpu: bool) -> list[Target]:
@@ -155,9 +154,9 @@ class Tuner:
                                  "or stop it first.") from None
         try:
             if self.options.fresh:
-                (self.build_dir / "compileiq" / "results.sqlite").unlink(missing_ok=True)
-                for suffix in ("-wal", "-shm"):
-                    (self.build_dir / "compileiq" / f"results.sqlite{suffix}").unlink(missing_ok=True)
+                store_path = self.build_dir / STORE
+                for suffix in ("", "-wal", "-shm"):
+                    store_path.with_name(store_path.name + suffix).unlink(missing_ok=True)
             store = open_store(self.build_dir)
             try:
                 self.report.start([t.name for t in targets], self.options.budget)
@@ -203,7 +202,6 @@ class Tuner:
             if evaluator.dedup_hits:
                 self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
                                  "of one measured before and reused its measurement")
-            result.evaluations += len(store.evaluations(target.name, evaluator.arch_keys, "search"))
             decision = self._validate(evaluator, store, space)
             if isinstance(decision, Winner):
                 result.winners.append(decision)

@@ -33,6 +33,14 @@ def bench(**kw) -> Benchmark:
     return Benchmark(**base)
 
 
+def _program(tmp_path: Path, name: str) -> Path:
+    """One of the Python benchmark programs in tests/data, as an executable of its own."""
+    exe = tmp_path / name
+    exe.write_text(f"#!{sys.executable}\n" + (DATA / name).read_text())
+    exe.chmod(0o755)
+    return exe
+
+
 def test_gbench_plain_run_gives_one_workload_per_case():
     readings = parse_gbench(bench(), (DATA / "gbench_plain.json").read_text())
     names = [r.entry for r in readings]
@@ -55,9 +63,7 @@ def test_gbench_console_output_is_refused_with_advice():
 
 def test_real_google_benchmark_process(tmp_path):
     pytest.importorskip("google_benchmark")
-    exe = tmp_path / "gb.py"
-    exe.write_text(f"#!{sys.executable}\n" + (DATA / "gbench_program.py").read_text())
-    exe.chmod(0o755)
+    exe = _program(tmp_path, "gbench_program.py")
     b = bench(args=("--benchmark_min_time=0.01s", "--benchmark_filter=sum_list"), format="auto")
     resolved = resolve_format(b, exe, timeout=120)
     assert resolved.format == "gbench"  # FORMAT auto recognised the JSON
@@ -137,9 +143,7 @@ def test_hostile_json_never_crashes_the_json_parsers(doc):
 def test_real_nvbench_process(tmp_path):
     pytest.importorskip("cuda.bench")
     pytest.importorskip("cupy")
-    exe = tmp_path / "nv.py"
-    exe.write_text(f"#!{sys.executable}\n" + (DATA / "nvbench_program.py").read_text())
-    exe.chmod(0o755)
+    exe = _program(tmp_path, "nvbench_program.py")
     b = bench(args=("-b", "saxpy"), format="auto")
     resolved = resolve_format(b, exe, timeout=300)
     assert resolved.format == "nvbench"  # recognised from its markdown output
