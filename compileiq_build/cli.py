@@ -99,7 +99,14 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
                    "compileiq-toolchain.cmake in the project's source folder)")
     p.add_argument("--jobs", type=_positive_int,
                    help="candidates compiled at once, each in its own build tree, while the benchmarks "
-                   "of another run (default: a quarter of the cores, at most 8)")
+                   "of others run; shared among the GPUs (default: a quarter of the cores, at most 8)")
+    p.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
+                   help="GPUs to measure on, one worker each, as nvidia-smi numbers them: 0,1 "
+                   "(default: every GPU of the first one's kind that CUDA_VISIBLE_DEVICES allows)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="build and measure on the nodes of this Ray cluster, one worker per GPU "
+                   "('local' starts one here; needs compileiq-build[ray] on every node, and the "
+                   "project at the same path on each); --jobs is then per worker (default 2)")
     p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
                    "(default: 20 times the baseline build, at least 5 minutes)")
     p.add_argument("--repeats", type=_positive_int, default=5,
@@ -120,13 +127,20 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask before --fresh discards results")
 
 
+def _gpu_list(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"expected GPU numbers separated by commas (0,1), got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 def _tune_options(args: argparse.Namespace):
     from compileiq_build.tune import TuneOptions
 
     return TuneOptions(
         budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
         targets=args.targets, output=args.output.resolve() if args.output else None,
-        jobs=args.jobs, build_timeout=args.build_timeout, repeats=args.repeats,
+        jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change,
         fresh=args.fresh, seed=args.seed)

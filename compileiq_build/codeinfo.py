@@ -36,31 +36,44 @@ def object_files(tree: Path, target: str) -> list[Path]:
 _SASS = re.compile(rb"^\s*(/\*[0-9a-f]{4,}\*/|Function : )")
 
 
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes] | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _device_code(obj: Path) -> bytes | None:
+    """The SASS of an object's device code; None when it has no device code.  Any object may
+    hold some: CUDA sources need not end in .cu (LANGUAGE CUDA on a .cpp)."""
+    tool = find_tool("cuobjdump")
+    if not tool:
+        return None
+    env = dict(os.environ)
+    if nvdisasm := find_tool("nvdisasm"):
+        env["NVDISASM_PATH"] = str(Path(nvdisasm).parent)  # cuobjdump -sass runs nvdisasm
+    proc = _run([tool, "-sass", str(obj)], env)
+    if proc is None or proc.returncode != 0:  # "does not contain device code"
+        return None
+    sass = [line for line in proc.stdout.splitlines() if _SASS.match(line)]
+    # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): the whole file,
+    # which never calls two different candidates the same.
+    return b"\n".join(sass) if sass else obj.read_bytes()
+
+
+def _host_code(obj: Path) -> bytes:
+    tool = find_tool("objdump")
+    proc = _run([tool, "-d", "--no-show-raw-insn", str(obj)]) if tool else None
+    if proc is None or proc.returncode != 0:
+        return obj.read_bytes()
+    # Drop the lines that name the file; keep the code.
+    return b"\n".join(line for line in proc.stdout.splitlines()
+                      if str(obj).encode() not in line and b"file format" not in line)
+
+
 def _disassemble(obj: Path) -> bytes:
-    cuda = obj.name.endswith(".cu.o")
-    tool = find_tool("cuobjdump") if cuda else find_tool("objdump")
-    if tool:
-        env = dict(os.environ)
-        if cuda and (nvdisasm := find_tool("nvdisasm")):
-            env["NVDISASM_PATH"] = str(Path(nvdisasm).parent)  # cuobjdump -sass runs nvdisasm
-        cmd = [tool, "-sass", str(obj)] if cuda else [tool, "-d", "--no-show-raw-insn", str(obj)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=120, env=env)
-        except (OSError, subprocess.TimeoutExpired):
-            proc = None
-        if proc is not None and proc.returncode == 0:
-            lines = proc.stdout.splitlines()
-            if cuda:
-                sass = [line for line in lines if _SASS.match(line)]
-                if sass:
-                    return b"\n".join(sass)
-                # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): compare whole
-                # files, which never calls two different candidates the same.
-                return obj.read_bytes()
-            # Drop the lines that name the file; keep the code.
-            return b"\n".join(line for line in lines if str(obj).encode() not in line
-                               and b"file format" not in line)
-    return obj.read_bytes()
+    """Device and host code: a candidate differs when either does."""
+    return (_device_code(obj) or b"") + b"\n--host--\n" + _host_code(obj)
 
 
 def code_digest(objects: list[Path]) -> str:

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import random
 import statistics
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from compileiq_build.build import BuildResult, BuildTree
-from compileiq_build.codeinfo import code_digest, object_files, resource_features
+from compileiq_build.build import BuildResult
 from compileiq_build.errors import CompileIQError
-from compileiq_build.gpu import GpuMonitor, slowdowns
-from compileiq_build.measure import Run, compare_evidence, resolve_format, run_workload
+from compileiq_build.gpu import slowdowns
+from compileiq_build.measure import Run, compare_evidence
 from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
@@ -27,6 +26,7 @@ from compileiq_build.search import config_key
 from compileiq_build.selection import SAME_AS_BASELINE, Outcome, summarize
 from compileiq_build.stats import ratio_estimate
 from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
+from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker
 
 # A candidate this much slower on its first pairs is not measured further.
 HOPELESS_RATIO = 1.5
@@ -64,30 +64,30 @@ def sampling_done(costs: Mapping[str, tuple[list[float], list[float]]], pairs: i
 
 @dataclass(frozen=True)
 class Built:
-    """A compiled candidate, not yet measured."""
+    """A candidate compiled in one of a worker's slots, not yet measured."""
 
-    tree: BuildTree
-    result: BuildResult
-    digest: str
-    features: dict[str, float]
+    worker: Worker
+    compiled: Compiled
+    started: float  # when its build began (time.time())
+
+    @property
+    def result(self) -> BuildResult:
+        return self.compiled.result
 
 
 class Evaluator:
-    def __init__(self, target: Target, benchmarks: list[Benchmark], baseline_tree: BuildTree,
-                 candidate_trees: list[BuildTree], store: Store, session: int, sampling: Sampling,
-                 jobs: int | None, report: Reporter, build_timeout: float | None = None,
-                 monitor: GpuMonitor | None = None) -> None:
+    def __init__(self, target: Target, benchmarks: list[Benchmark], workers: Sequence[Worker],
+                 store: Store, session: int, sampling: Sampling, jobs: int | None, report: Reporter,
+                 build_timeout: float | None = None) -> None:
         self.target = target
         self.benchmarks = benchmarks
-        self.baseline_tree = baseline_tree
-        self.candidate_trees = candidate_trees  # one per candidate compiled ahead
+        self.workers = list(workers)
         self.store = store
         self.session = session
         self.sampling = sampling
         self.jobs = jobs
         self.build_timeout = build_timeout
         self.report = report
-        self.monitor = monitor or GpuMonitor.disabled()
         self.arch_keys = dict(target.arch_keys)
         self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
         if any(not b.executable_target for b in benchmarks):
@@ -97,14 +97,7 @@ class Evaluator:
         self.evidence: dict[str, str | bytes | None] = {}
         self.baseline_digest = ""
         self.dedup_hits = 0
-
-    def _executable(self, bench: Benchmark, tree: BuildTree) -> Path:
-        if bench.executable_target:
-            # The tree's own manifest lists where its executables are.
-            for b in tree.project.benchmarks:
-                if b.index == bench.index:
-                    return Path(b.executable)
-        return Path(bench.executable)
+        self._lock = threading.Lock()
 
     def _timeout(self, bench: Benchmark) -> float:
         base = self.baseline_wall.get(bench.workload, 60.0)
@@ -112,81 +105,81 @@ class Evaluator:
         return min(limit, bench.timeout) if bench.timeout else limit
 
     def prepare_baseline(self) -> None:
-        """Build the baseline tree; check that every benchmark passes, twice alike, with the
-        project's flags; resolve FORMAT auto; keep the checksums candidates must match."""
+        """Build every worker's baseline; check that every benchmark passes, twice alike on each
+        worker's device, with the project's flags; resolve FORMAT auto; keep the checksums
+        candidates must match."""
         self.report.phase(f"{self.target.name}: building the baseline")
-        built = self.baseline_tree.build(self.ninja_targets, timeout=3600, jobs=self.jobs)
-        if not built.ok:
-            raise CompileIQError(f"the project does not build with its own flags:\n{built.log}")
-        self.baseline_build_s = max(built.seconds, 1.0)
-        self.baseline_digest = code_digest(object_files(self.baseline_tree.path, self.target.name))
+        seconds = [1.0]
+        for worker in self.workers:  # local workers share one tree: the builds after the first are no-ops
+            built = worker.build(BASELINE_SLOT, self.target.name, None, self.ninja_targets, 3600, self.jobs)
+            if not built.result.ok:
+                raise CompileIQError(f"the project does not build with its own flags:\n{built.result.log}")
+            seconds.append(built.result.seconds)
+            self.baseline_digest = self.baseline_digest or built.digest
+        self.baseline_build_s = max(seconds)
         resolved = []
         for bench in self.benchmarks:
-            exe = self._executable(bench, self.baseline_tree)
-            if bench.executable_target and not exe.is_file():
-                raise CompileIQError(f"benchmark '{bench.workload}': {exe} was not built.")
-            self.report.phase(f"{self.target.name}: baseline run of {bench.workload}")
+            self.report.phase(f"{self.target.name}: baseline runs of {bench.workload}")
             try:
-                bench = resolve_format(bench, exe, timeout=bench.timeout or 3600)
+                bench = self.workers[0].resolve(bench, timeout=bench.timeout or 3600)
             except ParseError as exc:
                 raise CompileIQError(f"benchmark '{bench.workload}': {exc}") from None
-            runs = [run_workload(bench, exe, bench.timeout or 3600, monitor=self.monitor) for _ in range(2)]
-            for run in runs:
+            runs = [(w, w.run(BASELINE_SLOT, bench, bench.timeout or 3600)) for w in self.workers
+                    for _ in range(2)]
+            for worker, run in runs:
                 if not run.ok:
+                    where = f" on {worker.name}" if len(self.workers) > 1 else ""
                     raise CompileIQError(
-                        f"benchmark '{bench.workload}' fails with the project's own flags: "
+                        f"benchmark '{bench.workload}' fails with the project's own flags{where}: "
                         f"{run.error}\nFix the benchmark (or its registration) first.")
-            if compare_evidence(runs[0].evidence, runs[1].evidence, None):
+            reference = runs[0][1].evidence
+            if any(compare_evidence(reference, run.evidence, None) for _, run in runs[1:]):
                 raise CompileIQError(
-                    f"benchmark '{bench.workload}': its checksum or output file differs between two "
-                    "runs with the project's own flags, so it cannot check candidates. Make its "
-                    "output deterministic (fixed seeds), or drop CHECKSUM/OUTPUT_FILE.")
-            self.evidence[bench.workload] = runs[0].evidence
-            self.baseline_wall[bench.workload] = statistics.median(r.samples[0].wall_s for r in runs)
+                    f"benchmark '{bench.workload}': its checksum or output file differs between runs "
+                    "with the project's own flags, so it cannot check candidates. Make its output "
+                    "deterministic (fixed seeds), or drop CHECKSUM/OUTPUT_FILE.")
+            self.evidence[bench.workload] = reference
+            self.baseline_wall[bench.workload] = statistics.median(r.samples[0].wall_s for _, r in runs)
             resolved.append(bench)
         self.benchmarks = resolved
 
-    def build(self, flags: Mapping[str, tuple[str, ...]], tree: BuildTree) -> Built:
-        """Compile a candidate in `tree` (safe to run in a thread: it touches no store)."""
-        changed = tree.write_flags({self.target.name: flags})
+    def build(self, flags: Mapping[str, tuple[str, ...]], worker: Worker, slot: int) -> Built:
+        """Compile a candidate in a worker's slot (safe in a thread: it touches no store)."""
         # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
         timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
-        built = tree.build(self.ninja_targets, timeout=timeout, jobs=self.jobs)
-        counts = self.target.source_counts
-        if built.ok and "ninja: no work to do" in built.log and any(
-                counts.get(lang, 0) for t, lang in changed if t == self.target.name):
+        started = time.time()
+        compiled = worker.build(slot, self.target.name, flags, self.ninja_targets, timeout, self.jobs)
+        if compiled.rebuilt_nothing and any(self.target.source_counts.get(lang, 0) for lang in flags):
             # New flags that rebuild nothing would measure the old binary as this candidate.
             raise CompileIQError(
-                f"new flags for {self.target.name} rebuilt nothing in {tree.path}: its objects do not "
+                f"new flags for {self.target.name} rebuilt nothing on {worker.name}: its objects do not "
                 "depend on the CompileIQ flags file. Please report this with the project's CMakeLists.txt.")
-        if not built.ok:
-            return Built(tree, built, "", {})
-        return Built(tree, built, code_digest(object_files(tree.path, self.target.name)),
-                     resource_features(built.log))
+        return Built(worker, compiled, started)
 
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
-                 strategy: str, phase: str, numerics: bool = False,
-                 sampling: Sampling | None = None, built: Built | None = None) -> Outcome:
-        """Build (unless `built` is the candidate compiled ahead) and measure one candidate."""
+                 strategy: str, phase: str, built: Built, numerics: bool = False,
+                 sampling: Sampling | None = None) -> Outcome:
+        """Measure one compiled candidate on its worker's device, paired with the baseline."""
         sampling = sampling or self.sampling
         key = config_key(config)
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
-                                                 key, config, flags, strategy, phase)
-        built = built or self.build(flags, self.candidate_trees[0])
+                                                 key, config, flags, strategy, phase, built.worker.name,
+                                                 built.started)
         if not built.result.ok:
             self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.result.log),
                                          built.result.seconds)
             return self._outcome(evaluation)
         twin = self._same_code(evaluation, phase, built)
         if twin is not None:
-            self.dedup_hits += 1
+            with self._lock:
+                self.dedup_hits += 1
             what = "the baseline" if twin == SAME_AS_BASELINE else f"evaluation {twin}"
             self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}",
                                          built.result.seconds)
             return self._outcome(evaluation)
         status, reason = MEASURED, ""
         for bench in self.benchmarks:
-            error = self._measure(evaluation, bench, sampling, numerics, built.tree)
+            error = self._measure(evaluation, bench, sampling, numerics, built)
             if error:
                 status, reason = INVALID, f"{bench.workload}: {error}"
                 break
@@ -197,21 +190,22 @@ class Evaluator:
         """Record the candidate's code digest and compile-time features; in the search, return
         the evaluation (or the baseline) that already measured the same machine code."""
         twin = None
-        if phase == "search" and built.digest:
-            if built.digest == self.baseline_digest:
+        digest = built.compiled.digest
+        if phase == "search" and digest:
+            if digest == self.baseline_digest:
                 twin = SAME_AS_BASELINE
             else:
                 twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
-                             if r.digest == built.digest and r.status == MEASURED and r.same_as is None
+                             if r.digest == digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
-        self.store.set_code(evaluation, built.digest, built.features, twin)
+        self.store.set_code(evaluation, digest, built.compiled.features, twin)
         return twin
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
-                 tree: BuildTree) -> str:
-        """Paired runs until the comparison is decided or precise; returns the candidate's error."""
-        cand_exe = self._executable(bench, tree)
-        base_exe = self._executable(bench, self.baseline_tree)
+                 built: Built) -> str:
+        """Paired runs on the candidate's worker until the comparison is decided or precise;
+        returns the candidate's error."""
+        worker, slot = built.worker, built.compiled.slot
         timeout = self._timeout(bench)
         order = random.Random(f"{evaluation}:{bench.index}")
         costs: dict[str, tuple[list[float], list[float]]] = {}
@@ -222,8 +216,7 @@ class Evaluator:
             for rep in range(sampling.max_pairs):
                 runs: dict[str, Run] = {}
                 for role in order.sample(("candidate", "baseline"), 2):
-                    runs[role] = run_workload(bench, cand_exe if role == "candidate" else base_exe,
-                                              timeout, monitor=self.monitor)
+                    runs[role] = worker.run(slot if role == "candidate" else BASELINE_SLOT, bench, timeout)
                     runs_done += 1
                     for sample in runs[role].samples:
                         self.store.add_sample(evaluation, role, rep, sample)

@@ -33,14 +33,14 @@ def _device_index() -> int:
 class GpuMonitor:
     """Opens NVML once; `watch()` records the state during a block."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, index: int | None = None) -> None:
         self.handle: Any = None
         self.uuid = ""
         if pynvml is None or not enabled:
             return
         try:
             pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(_device_index())
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(_device_index() if index is None else index)
             self.uuid = str(pynvml.nvmlDeviceGetUUID(self.handle))
         except pynvml.NVMLError:
             self.handle = None

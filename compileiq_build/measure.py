@@ -159,7 +159,8 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[s
     return Run(samples, evidence)
 
 
-def resolve_format(bench: Benchmark, executable: Path, timeout: float) -> Benchmark:
+def resolve_format(bench: Benchmark, executable: Path, timeout: float,
+                   env: dict[str, str] | None = None) -> Benchmark:
     """FORMAT auto: run once and recognise Google Benchmark (JSON or its console table) or
     NVBench (JSON or its markdown tables); later runs then ask them for JSON."""
     if bench.format != "auto":
@@ -168,7 +169,8 @@ def resolve_format(bench: Benchmark, executable: Path, timeout: float) -> Benchm
         return replace(bench, format="regex")
     workdir = Path(bench.workdir) if bench.workdir else executable.parent
     try:
-        proc = process.run([str(executable), *bench.args], timeout, cwd=workdir)
+        proc = process.run([str(executable), *bench.args], timeout, cwd=workdir,
+                           env={**os.environ, **(env or {})})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ParseError(f"cannot run it to recognise its output: {exc}") from None
     found = detect_format(proc.stdout)

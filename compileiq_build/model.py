@@ -10,8 +10,10 @@ bound (ensemble mean minus `kappa` standard deviations).  The spread of the
 bagged models is the exploration: a configuration the models disagree on is
 worth measuring even when its mean prediction is not the best.
 
-It stops early when even the optimistic bound of every untried configuration
-beats the incumbent by less than the measured noise, and says so.
+Every other proposal goes to a value of a dimension never measured yet, the best such
+configuration by the bound: the models cannot predict a value they never saw.  Once
+every value was measured, it stops early when even the optimistic bound of every
+untried configuration beats the incumbent by less than the measured noise, and says so.
 """
 
 from __future__ import annotations
@@ -105,8 +107,16 @@ class ModelGuided:
         predictions = self._ensemble(space, train, target, pool, rng)
         mean, std = predictions.mean(axis=0), predictions.std(axis=0)
         bound = mean - self.kappa * std
+        # The models know nothing of a value never measured (trees cannot extrapolate to it),
+        # and their spread does not show it: every other proposal covers such a value, and
+        # the search does not stop before every value was measured once.
+        measured = {(k, v) for c, _ in trials for k, v in c.items()}
+        unseen = {(d.key, v) for d in space.dimensions for v in d.values} - measured
+        covering = [i for i, c in enumerate(pool) if any((k, v) in unseen for k, v in c.items())]
+        if covering and (len(trials) - self.seeds) % 2 == 0:
+            return pool[min(covering, key=lambda i: bound[i])]
         choice = int(np.argmin(bound))
-        if bound[choice] > math.log(best) + math.log1p(-self.noise):
+        if not unseen and bound[choice] > math.log(best) + math.log1p(-self.noise):
             self.stop_reason = (f"the model predicts that no untried configuration beats the best so far "
                                 f"({1 / best:.3f}x) by more than the noise ({100 * self.noise:.1f}%)")
             return None

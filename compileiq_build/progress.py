@@ -7,6 +7,7 @@ the evaluations.  Elsewhere (CI logs, pipes): one plain line per evaluation.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -24,8 +25,12 @@ class _TargetState:
     done: int = 0
     failed: int = 0
     best: float = 1.0
-    current: str = ""
-    seconds: list[float] = field(default_factory=list)
+    measuring: dict[str, float] = field(default_factory=dict)  # key -> when its measurement began
+    finished: list[float] = field(default_factory=list)  # when each evaluation of this run ended
+
+    @property
+    def current(self) -> str:
+        return ", ".join(self.measuring)
 
 
 def _eta(seconds: float) -> str:
@@ -55,8 +60,9 @@ class Reporter:
         self.targets: dict[str, _TargetState] = {}
         self.phase_text = ""
         self.started = time.monotonic()
-        self.eval_started = 0.0
+        self.first_evaluation: float | None = None
         self.live: Live | None = None
+        self._lock = threading.RLock()  # workers report from threads of their own
 
     # -- lifecycle ----------------------------------------------------------
     def start(self, targets: list[str], budget: int) -> None:
@@ -73,10 +79,11 @@ class Reporter:
 
     # -- events -------------------------------------------------------------
     def _print(self, text: str) -> None:
-        if not self.quiet:
-            self.console.print(Text(text), soft_wrap=True)
-        if self.live:
-            self.live.update(self._panel())
+        with self._lock:
+            if not self.quiet:
+                self.console.print(Text(text), soft_wrap=True)
+            if self.live:
+                self.live.update(self._panel())
 
     def phase(self, text: str) -> None:
         self.phase_text = text
@@ -86,32 +93,40 @@ class Reporter:
         self._print(f"   {text}")
 
     def evaluating(self, target: str, done: int, key: str) -> None:
-        state = self.targets.setdefault(target, _TargetState(done + 1))
-        state.done, state.current = done, key
-        self.phase_text = f"{target}: measuring {key}"
-        self.eval_started = time.monotonic()
-        if self.live:
-            self.live.update(self._panel())
+        """`done`: evaluations of the target already finished (those of earlier runs too)."""
+        with self._lock:
+            state = self.targets.setdefault(target, _TargetState(done + 1))
+            state.done = max(state.done, done)
+            state.measuring[key] = time.monotonic()
+            self.first_evaluation = self.first_evaluation or state.measuring[key]
+            self.phase_text = f"{target}: measuring {state.current}"
+            if self.live:
+                self.live.update(self._panel())
 
     def outcome(self, target: str, outcome: Outcome) -> None:
-        state = self.targets.setdefault(target, _TargetState(1))
-        state.done += 1
-        state.seconds.append(time.monotonic() - self.eval_started)
-        if not outcome.valid:
-            state.failed += 1
-        elif outcome.faster and outcome.ratio:
-            state.best = max(state.best, 1 / outcome.ratio)
         key = outcome.evaluation.config_key
-        self._print(f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
+        with self._lock:
+            state = self.targets.setdefault(target, _TargetState(1))
+            state.done += 1
+            state.finished.append(time.monotonic())
+            state.measuring.pop(key, None)
+            if not outcome.valid:
+                state.failed += 1
+            elif outcome.faster and outcome.ratio:
+                state.best = max(state.best, 1 / outcome.ratio)
+            line = (f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
                     f"{state.failed} failed, ETA {self.eta()}] {key}: {describe(outcome)}")
+        self._print(line)
 
     # -- display ------------------------------------------------------------
     def eta(self) -> str:
-        times = [s for t in self.targets.values() for s in t.seconds]
-        if not times:
+        """Evaluations left times the time between evaluations so far (several workers
+        finish evaluations faster than one evaluation takes)."""
+        finished = sorted(f for t in self.targets.values() for f in t.finished)
+        if not finished or self.first_evaluation is None:
             return "?"
         left = sum(max(t.budget - t.done, 0) for t in self.targets.values())
-        return _eta(left * sum(times) / len(times))
+        return _eta(left * (finished[-1] - self.first_evaluation) / len(finished))
 
     def _panel(self) -> Group:
         table = Table(show_edge=False, pad_edge=False, box=None)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -17,7 +19,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 
 STORE = Path("compileiq") / "results.sqlite"
-SCHEMA = 3
+SCHEMA = 4
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,7 +32,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
   config TEXT NOT NULL, flags TEXT NOT NULL, strategy TEXT NOT NULL, phase TEXT NOT NULL,
   started REAL NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
   build_seconds REAL, digest TEXT NOT NULL DEFAULT '', same_as INTEGER,
-  features TEXT NOT NULL DEFAULT '{}');
+  features TEXT NOT NULL DEFAULT '{}', worker TEXT NOT NULL DEFAULT '', finished REAL);
 CREATE TABLE IF NOT EXISTS samples (
   id INTEGER PRIMARY KEY,
   evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
@@ -41,12 +43,15 @@ CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
 """
 
 # Older stores gain the columns added since: schema 2 the GPU state of each sample, schema 3
-# the code digest, the same-code reference and the compile-time features of each evaluation.
+# the code digest, the same-code reference and the compile-time features of each evaluation,
+# schema 4 the worker (GPU) that measured it and when it finished (`started` is when its build began).
 _MIGRATIONS = {
     "1": ["ALTER TABLE samples ADD COLUMN gpu TEXT NOT NULL DEFAULT '{}'"],
     "2": ["ALTER TABLE evaluations ADD COLUMN digest TEXT NOT NULL DEFAULT ''",
           "ALTER TABLE evaluations ADD COLUMN same_as INTEGER",
           "ALTER TABLE evaluations ADD COLUMN features TEXT NOT NULL DEFAULT '{}'"],
+    "3": ["ALTER TABLE evaluations ADD COLUMN worker TEXT NOT NULL DEFAULT ''",
+          "ALTER TABLE evaluations ADD COLUMN finished REAL"],
 }
 
 # Evaluation status values.
@@ -70,27 +75,44 @@ class EvaluationRow:
     digest: str = ""
     same_as: int | None = None  # the evaluation whose samples stand for this one (same code)
     features: dict[str, float] | None = None
+    worker: str = ""  # "gpu0", "cpu", "ray:<node>/gpu0"
 
 
 _EVALUATION_COLUMNS = ("id, target, arch_keys, config_key, config, flags, strategy, phase, status, reason,"
-                       " build_seconds, digest, same_as, features")
+                       " build_seconds, digest, same_as, features, worker")
 
 
 def _evaluation_row(r: Sequence[Any]) -> EvaluationRow:
     return EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7],
-                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]))
+                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]), r[14])
 
 
 def arch_json(arch_keys: Mapping[str, str]) -> str:
     return json.dumps(dict(arch_keys), sort_keys=True)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """One thread at a time on the connection: workers measure from threads of their own."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.RLock()
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(path, isolation_level=None)
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_DDL)
@@ -112,6 +134,7 @@ class Store:
                 f"the results store {path} is damaged ({exc}). It was left untouched: move it "
                 "away (it may still be read with sqlite3) and run tune again.") from None
 
+    @_locked
     def close(self) -> None:
         self.db.close()
 
@@ -125,6 +148,7 @@ class Store:
             raise
         self.db.execute("COMMIT")
 
+    @_locked
     def start_session(self, command: str, environment: Mapping[str, object]) -> int:
         with self._tx() as db:
             # An evaluation left 'running' by a killed tune is marked; its samples stay.
@@ -133,26 +157,29 @@ class Store:
                              (time.time(), command, json.dumps(environment, sort_keys=True)))
         return int(cur.lastrowid)
 
+    @_locked
     def begin_evaluation(self, session: int, target: str, arch_keys: Mapping[str, str],
                          config_key: str,
                          config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
-                         strategy: str, phase: str) -> int:
+                         strategy: str, phase: str, worker: str = "", started: float | None = None) -> int:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO evaluations (session_id, target, arch_keys, config_key, config, flags,"
-                " strategy, phase, started, status) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " strategy, phase, started, status, worker) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (session, target, arch_json(arch_keys), config_key,
                  json.dumps(dict(config), sort_keys=True),
                  json.dumps({k: list(v) for k, v in flags.items()}, sort_keys=True),
-                 strategy, phase, time.time(), RUNNING))
+                 strategy, phase, started or time.time(), RUNNING, worker))
         return int(cur.lastrowid)
 
+    @_locked
     def finish_evaluation(self, evaluation: int, status: str, reason: str = "",
                           build_seconds: float | None = None) -> None:
         with self._tx() as db:
-            db.execute("UPDATE evaluations SET status=?, reason=?, build_seconds=COALESCE(?, build_seconds)"
-                       " WHERE id=?", (status, reason, build_seconds, evaluation))
+            db.execute("UPDATE evaluations SET status=?, reason=?, build_seconds=COALESCE(?, build_seconds),"
+                       " finished=? WHERE id=?", (status, reason, build_seconds, time.time(), evaluation))
 
+    @_locked
     def add_sample(self, evaluation: int, role: str, rep: int, sample: Sample) -> None:
         with self._tx() as db:
             db.execute(
@@ -161,6 +188,7 @@ class Store:
                 (evaluation, sample.workload, role, rep, sample.value, sample.cost, sample.wall_s,
                  sample.exit_code, sample.error, time.time(), json.dumps(sample.gpu, sort_keys=True)))
 
+    @_locked
     def evaluations(self, target: str | None = None, arch_keys: Mapping[str, str] | None = None,
                     phase: str | None = None) -> list[EvaluationRow]:
         query = f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE 1=1"
@@ -172,43 +200,50 @@ class Store:
                 args.append(value)
         return [_evaluation_row(r) for r in self.db.execute(query + " ORDER BY id", args).fetchall()]
 
+    @_locked
     def set_code(self, evaluation: int, digest: str, features: Mapping[str, float],
                  same_as: int | None) -> None:
         with self._tx() as db:
             db.execute("UPDATE evaluations SET digest=?, features=?, same_as=? WHERE id=?",
                        (digest, json.dumps(dict(features), sort_keys=True), same_as, evaluation))
 
+    @_locked
     def evaluation(self, evaluation: int) -> EvaluationRow:
         row = self.db.execute(f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE id=?",
                               (evaluation,)).fetchone()
         return _evaluation_row(row)
 
+    @_locked
     def samples(self, evaluation: int) -> list[tuple[str, str, int, float | None, str]]:
         """(workload, role, rep, cost, error) in the order they were taken."""
         return self.db.execute(
             "SELECT workload, role, rep, cost, error FROM samples WHERE evaluation_id=? ORDER BY id",
             (evaluation,)).fetchall()
 
+    @_locked
     def values(self, evaluation: int) -> list[tuple[str, str, float]]:
         """(workload, role, value as the benchmark reported it) of the valid samples."""
         return self.db.execute(
             "SELECT workload, role, value FROM samples WHERE evaluation_id=? AND error='' "
             "AND value IS NOT NULL ORDER BY id", (evaluation,)).fetchall()
 
+    @_locked
     def measurements(self) -> pd.DataFrame:
         """One row per stored sample with the fields stored with it and its evaluation's
         fixed fields; nothing that changes after the sample lands (no status or verdict)."""
         return pd.read_sql_query(
             "SELECT s.id AS sample_id, s.created, e.session_id, s.evaluation_id, e.target,"
-            " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, s.workload,"
+            " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, e.worker, s.workload,"
             " s.role, s.rep, s.value, s.cost, s.wall_s, s.exit_code, s.error, s.gpu"
             " FROM samples s JOIN evaluations e ON e.id = s.evaluation_id ORDER BY s.id", self.db)
 
+    @_locked
     def gpu_states(self) -> list[dict[str, Any]]:
         """The GPU state recorded with each sample that has one."""
         rows = self.db.execute("SELECT gpu FROM samples WHERE gpu != '{}'").fetchall()
         return [json.loads(r[0]) for r in rows]
 
+    @_locked
     def sessions(self) -> list[tuple[int, float, str, dict[str, object]]]:
         rows = self.db.execute("SELECT id, started, command, environment FROM sessions ORDER BY id")
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]

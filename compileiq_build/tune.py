@@ -14,21 +14,21 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from compileiq_build import environment
-from compileiq_build.build import BuildTree
+from compileiq_build import environment, ray_workers
+from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate import Evaluator, Sampling
-from compileiq_build.gpu import GpuMonitor
+from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
-from compileiq_build.search import Config, Strategy, Trial, config_key, make_strategy
+from compileiq_build.search import Trial, make_strategy
 from compileiq_build.selection import (
     FINALISTS,
     NoWinner,
@@ -40,6 +40,7 @@ from compileiq_build.selection import (
 from compileiq_build.space import FlagSpace, Prober, build_space
 from compileiq_build.store import STORE, Store, open_store
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, provenance, render, write
+from compileiq_build.workers import LocalWorker, Worker, local_workers
 
 
 @dataclass
@@ -49,7 +50,9 @@ class TuneOptions:
     strategy: str = "model"
     targets: Sequence[str] = ()
     output: Path | None = None
-    jobs: int | None = None  # candidates compiled at once (each in its own build tree)
+    jobs: int | None = None  # candidates compiled at once (each in its own build tree), all GPUs together
+    gpus: Sequence[int] = ()  # indices of the GPUs to measure on; default all of the first one's kind
+    ray: str | None = None  # a Ray cluster's address ("local": start one): workers on its nodes
     build_timeout: float | None = None  # seconds per candidate build; default 20x the baseline's
     repeats: int = 5  # paired runs per workload and candidate, at least
     max_repeats: int = 20  # ... and at most
@@ -143,7 +146,7 @@ class Tuner:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     def run(self, command: str) -> TuneResult:
-        targets = select_targets(self.project, self.options.targets, bool(self.gpus))
+        targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
         for t in targets:
             _check_benchmarks(self.project.benchmarks_for(t.name))
         lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
@@ -169,31 +172,44 @@ class Tuner:
             lock.release()
 
     def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
-        arch = self.gpus[0].arch if self.gpus and any("CUDA" in t.languages for t in targets) else ""
+        cuda = any("CUDA" in t.languages for t in targets)
         session = store.start_session(command, self._environment())
         self.report.phase("configuring the tuning build trees")
-        baseline_tree = BuildTree(self.project, self.work / "baseline")
-        parallel = self._parallel()
-        candidate_trees = [BuildTree(self.project, self.work / f"candidate-{i}") for i in range(parallel)]
-        trees = [baseline_tree, *candidate_trees]
-        with ThreadPoolExecutor(len(trees)) as pool:
-            list(pool.map(lambda tree: tree.configure(arch), trees))
-        for tree in trees:
-            tree.write_flags({})
-        tree_project = baseline_tree.project
+        if self.options.ray:
+            workers, tree_project, arch = self._ray_workers(cuda)
+        else:
+            gpus = self._measuring_gpus() if cuda else []
+            arch = gpus[0].arch if gpus else ""
+            slots = max(1, self._parallel() // max(1, len(gpus)))
+            local = local_workers(self.project, self.work, gpus, slots)
+            tree_project = self._configure(local, arch)
+            workers = list(local)
+        if len(workers) > 1:
+            self.report.note(f"measuring on {len(workers)} workers at once: "
+                             f"{', '.join(w.name for w in workers)}, {workers[0].slots} candidates "
+                             "compiled ahead for each")
+        try:
+            return self._tune(targets, workers, tree_project, arch, store, session)
+        finally:
+            if self.options.ray:
+                ray_workers.stop()
+
+    def _tune(self, targets: list[Target], workers: Sequence[Worker], tree_project: Project, arch: str,
+              store: Store, session: int) -> TuneResult:
         for target in targets:
             if arch and "CUDA" in target.languages and (warning := jit_warning(target, arch)):
                 self.report.note(f"warning: {warning}")
-        monitor = GpuMonitor(enabled=bool(arch))
         result = TuneResult()
         for target in targets:
+            # CPU benchmarks on several workers at once would disturb each other: one for them.
+            active = workers if "CUDA" in target.languages else workers[:1]
             evaluator = Evaluator(
                 target=tree_project.target(target.name),
-                benchmarks=tree_project.benchmarks_for(target.name),
-                baseline_tree=baseline_tree, candidate_trees=candidate_trees,
+                benchmarks=tree_project.benchmarks_for(target.name), workers=active,
                 store=store, session=session, sampling=self._sampling(),
-                jobs=self._ninja_jobs(parallel), report=self.report,
-                build_timeout=self.options.build_timeout, monitor=monitor)
+                jobs=None if self.options.ray else self._ninja_jobs(sum(w.slots for w in workers)),
+                report=self.report,
+                build_timeout=self.options.build_timeout)
             evaluator.prepare_baseline()
             space = self._space(target, tree_project)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
@@ -210,12 +226,58 @@ class Tuner:
             else:
                 result.losers.append(decision)
                 self.report.note(f"{target.name}: {decision.reason}; it keeps the project's flags")
-        for tree in trees:
-            tree.write_flags({})
+        for worker in workers:
+            worker.reset()
         output = self.options.output or (self.project.source_dir / DEFAULT_NAME)
         write(output, render(result.winners, result.losers, self._provenance()))
         result.toolchain = output
         return result
+
+    def _measuring_gpus(self) -> list[Gpu]:
+        """--gpus, else every GPU of the first one's architecture that CUDA_VISIBLE_DEVICES
+        (when set) lets this process use."""
+        gpus = self.gpus
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and not self.options.gpus:
+            allowed = {v.strip() for v in visible.split(",") if v.strip()}
+            gpus = [g for g in gpus if str(g.index) in allowed or g.uuid in allowed]
+            if not gpus:
+                raise CompileIQError(f"CUDA_VISIBLE_DEVICES={visible} leaves none of the GPUs that "
+                                     "nvidia-smi lists; unset it, or name GPUs with --gpus.")
+        if self.options.gpus:
+            known = {g.index: g for g in self.gpus}
+            unknown = [i for i in self.options.gpus if i not in known]
+            if unknown:
+                raise CompileIQError(f"--gpus names {', '.join(map(str, unknown))}; this machine has "
+                                     f"GPUs {', '.join(str(g.index) for g in self.gpus)}.")
+            gpus = [known[i] for i in self.options.gpus]
+        same = [g for g in gpus if g.arch == gpus[0].arch]
+        if len(same) < len(gpus):
+            self.report.note(f"tuning for {gpus[0].arch_key} ({gpus[0].name}): the GPUs of other "
+                             "architectures are not used; run tune again with --gpus for them")
+        return same
+
+    def _ray_workers(self, cuda: bool) -> tuple[list[Worker], Project, str]:
+        """Workers on the Ray cluster's GPUs (or nodes, for CPU targets), configured."""
+        slots = self.options.jobs or 2
+        workers = ray_workers.start(self.options.ray or "local", self.project, self.work, slots, cuda)
+        arch = workers[0].arch
+        if any(w.arch != arch for w in workers):
+            self.report.note(f"tuning for sm_{arch}: the Ray workers on GPUs of other architectures "
+                             "are not used")
+            workers = [w for w in workers if w.arch == arch]
+        with ThreadPoolExecutor(len(workers)) as pool:
+            projects = list(pool.map(lambda w: w.configure(arch), workers))
+        return list(workers), projects[0], arch
+
+    def _configure(self, workers: Sequence[LocalWorker], arch: str) -> Project:
+        """Configure every build tree at once; returns the tuning trees' project."""
+        trees = [workers[0].baseline, *(t for w in workers for t in w.trees)]
+        with ThreadPoolExecutor(len(trees)) as pool:
+            list(pool.map(lambda tree: tree.configure(arch), trees))
+        for worker in workers:
+            worker.reset()
+        return workers[0].baseline.project
 
     def _space(self, target: Target, tree_project: Project) -> FlagSpace:
         compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
@@ -251,55 +313,20 @@ class Tuner:
         """Ninja's parallelism in each candidate tree: the cores shared among the trees."""
         return None if parallel == 1 else max(1, (os.cpu_count() or 1) // parallel)
 
-    def _batch(self, strategy: Strategy, space: FlagSpace, trials: list[Trial], size: int) -> list[Config]:
-        """The next `size` proposals, each made as if the ones before had measured neutral
-        (the "constant liar"), so that they can be compiled together."""
-        batch: list[Config] = []
-        assumed = list(trials)
-        while len(batch) < size:
-            config = strategy.propose(space, assumed)
-            if config is None:
-                break
-            batch.append(config)
-            assumed.append(Trial(config, 1.0, False))
-        return batch
-
     def _search(self, evaluator: Evaluator, space: FlagSpace) -> None:
+        def halt() -> str:
+            if self.interrupt["stop"]:
+                return "stopped by Ctrl-C"
+            return "time limit reached" if self.out_of_time() else ""
+
         strategy = make_strategy(self.options.strategy, self.options.seed)
-        store = evaluator.store
-        name = evaluator.target.name
-        trees = evaluator.candidate_trees
+        proposals = Proposals(strategy, space, lambda: self._trials(evaluator.store, evaluator),
+                              self.options.budget, halt)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
-        overlap = "CUDA" in evaluator.target.languages
-        with ThreadPoolExecutor(len(trees)) as pool:
-            while True:
-                self.check_interrupt()
-                trials = self._trials(store, evaluator)
-                if len(trials) >= self.options.budget:
-                    self.report.note(f"{name}: budget of {self.options.budget} evaluations reached")
-                    return
-                if self.out_of_time():
-                    self.report.note("time limit reached")
-                    return
-                size = min(len(trees), self.options.budget - len(trials))
-                batch = self._batch(strategy, space, trials, size)
-                if not batch:
-                    why = getattr(strategy, "stop_reason", "") or "nothing more to try"
-                    self.report.note(f"{name}: strategy {strategy.name} stops: {why}")
-                    return
-                if len(batch) > 1:
-                    self.report.phase(f"{name}: compiling {len(batch)} candidates at once")
-                builds = [pool.submit(evaluator.build, space.flags(c), tree)
-                          for c, tree in zip(batch, trees, strict=False)]
-                if not overlap:
-                    wait(builds)
-                for i, (config, build) in enumerate(zip(batch, builds, strict=True)):
-                    self.check_interrupt()
-                    self.report.evaluating(name, len(trials) + i, config_key(config))
-                    outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search",
-                                                 numerics=space.changes_numerics(config),
-                                                 built=build.result())
-                    self.report.outcome(name, outcome)
+        run_search(evaluator, evaluator.workers, proposals, self.report,
+                   overlap="CUDA" in evaluator.target.languages)
+        self.check_interrupt()
+        self.report.note(f"{evaluator.target.name}: {proposals.finished}")
 
     def _sampling(self) -> Sampling:
         o = self.options
@@ -315,8 +342,10 @@ class Tuner:
                 continue
             self.check_interrupt()
             self.report.phase(f"validating {name}: {row.config_key}")
-            check = evaluator.evaluate(row.config, {k: tuple(v) for k, v in row.flags.items()},
-                                       row.strategy, "validate", numerics=space.changes_numerics(row.config),
+            flags = {k: tuple(v) for k, v in row.flags.items()}
+            built = evaluator.build(flags, evaluator.workers[0], 0)
+            check = evaluator.evaluate(row.config, flags, row.strategy, "validate", built,
+                                       numerics=space.changes_numerics(row.config),
                                        sampling=self._sampling().scaled(2))
             if check.faster:
                 break

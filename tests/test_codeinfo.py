@@ -39,6 +39,18 @@ def test_cuda_digest_follows_the_sass_not_the_recorded_options(tmp_path, nvcc):
     assert o0 != base
 
 
+def test_device_code_in_objects_not_named_cu(tmp_path, nvcc):
+    """miniBUDE compiles a .cpp as CUDA: its object is <name>.cpp.o and holds device code."""
+    if not find_tool("cuobjdump") or not find_tool("nvdisasm"):
+        pytest.skip("cuobjdump/nvdisasm are not installed")
+    src = tmp_path / "k.cpp"
+    src.write_text(KERNEL)
+    for name, flags in (("base", ()), ("o2", ("--ptxas-options=-O2",)), ("o0", ("--ptxas-options=-O0",))):
+        _nvcc(nvcc, src, tmp_path / name / "k.cpp.o", "-x", "cu", *flags)
+    base, o2, o0 = (code_digest([tmp_path / d / "k.cpp.o"]) for d in ("base", "o2", "o0"))
+    assert base == o2 != o0
+
+
 def test_resource_report_features(tmp_path, nvcc):
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)

@@ -16,6 +16,7 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
 from compileiq_build.store import open_store
+from compileiq_build.workers import BASELINE_SLOT, LocalWorker
 
 
 def test_cuda_candidates_compile_ahead_with_digests_and_features(tmp_path, configure, nvcc):
@@ -27,29 +28,32 @@ def test_cuda_candidates_compile_ahead_with_digests_and_features(tmp_path, confi
     configure(src / "rdc_dlink", user, f"-DCMAKE_CUDA_COMPILER={nvcc}")
     project = load_project(user)
     trees = [BuildTree(project, tmp_path / "work" / name) for name in ("baseline", "c0", "c1", "c2")]
+    worker = LocalWorker("cpu", trees[0], trees[1:])
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda t: t.configure("90"), trees))
-    tree_project = trees[0].project
+    tree_project = worker.configure("90")
     assert tree_project.candidate_flags and tree_project.tuning_arch == "90"
     target = tree_project.target("k")
     store = open_store(user)
-    evaluator = Evaluator(target, tree_project.benchmarks_for("k"), trees[0], trees[1:], store,
+    evaluator = Evaluator(target, tree_project.benchmarks_for("k"), [worker], store,
                           store.start_session("test", {}), Sampling(), jobs=1,
                           report=Reporter(quiet=True))
-    trees[0].write_flags({})
-    assert trees[0].build(evaluator.ninja_targets, timeout=600).ok
+    baseline = worker.build(BASELINE_SLOT, "k", None, evaluator.ninja_targets, 600, 1)
+    assert baseline.result.ok and baseline.digest
     flags = [{}, {"CUDA": ("--ptxas-options=-O2",)}, {"CUDA": ("--ptxas-options=-O1",)}]
     with ThreadPoolExecutor(3) as pool:
-        built = list(pool.map(evaluator.build, flags, trees[1:]))
+        built = list(pool.map(lambda f, slot: evaluator.build(f, worker, slot), flags, range(3)))
     assert all(b.result.ok for b in built), built[0].result.log
-    assert [b.tree for b in built] == trees[1:]
+    assert [b.compiled.slot for b in built] == [0, 1, 2]
     assert (trees[2].path / "compileiq" / "candidate" / "k.CUDA.opts").read_text() == \
         "--ptxas-options=-O2\n--resource-usage\n"
     # -O2 gives the SASS of the default -O3 here; -O1 does not.
-    assert built[0].digest and built[0].digest == built[1].digest != built[2].digest
+    digests = [b.compiled.digest for b in built]
+    assert digests[0] and digests[0] == digests[1] == baseline.digest != digests[2]
     for b in built:
-        assert b.features["registers_max"] > 0 and b.features["spill_bytes"] == 0
-    # The same flags again in the same tree: nothing to rebuild, the same code.
-    again = evaluator.build(flags[1], trees[2])
-    assert "no work to do" in again.result.log and again.digest == built[1].digest
+        assert b.compiled.features["registers_max"] > 0 and b.compiled.features["spill_bytes"] == 0
+    # The same flags again in the same slot: nothing to rebuild, the same code.
+    again = evaluator.build(flags[1], worker, 1)
+    assert "no work to do" in again.result.log and again.compiled.digest == digests[1]
+    assert not again.compiled.rebuilt_nothing  # nothing new was written
     store.close()

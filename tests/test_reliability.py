@@ -183,8 +183,8 @@ def test_report_exports_one_row_per_stored_measurement(cxx_project, configure, t
     assert len(first) == _rows(build, "SELECT COUNT(*) FROM samples")[0][0]
     assert list(first.columns) == ["sample_id", "created", "session_id", "evaluation_id", "target",
                                    "arch_keys", "config_key", "config", "flags", "strategy", "phase",
-                                   "workload", "role", "rep", "value", "cost", "wall_s", "exit_code",
-                                   "error", "gpu"]
+                                   "worker", "workload", "role", "rep", "value", "cost", "wall_s",
+                                   "exit_code", "error", "gpu"]
     # Parquet holds the same rows and values as the CSV, with their types.
     table = pd.read_parquet(parquet)
     assert list(table.columns) == list(first.columns)

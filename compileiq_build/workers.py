@@ -1,0 +1,126 @@
+"""Where candidates are compiled and measured: one worker per GPU (one for the CPU).
+
+A worker owns build trees (a baseline and one per candidate it compiles ahead, its
+"slots") and the device its benchmarks run on: CUDA_VISIBLE_DEVICES names the worker's
+GPU for every benchmark process, so each candidate is paired with baseline runs on the
+same GPU.  Local workers are used from threads of the driver; Ray workers
+(`ray_workers.py`) are actors on the cluster's GPU nodes with the same methods.  Every
+method takes and returns plain, picklable values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from compileiq_build.build import BuildResult, BuildTree
+from compileiq_build.codeinfo import code_digest, object_files, resource_features
+from compileiq_build.environment import Gpu
+from compileiq_build.gpu import GpuMonitor
+from compileiq_build.measure import Run, Sample, resolve_format, run_workload
+from compileiq_build.project import Benchmark, Project
+
+BASELINE_SLOT = -1
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A build in one of a worker's trees: the result, and what the code is."""
+
+    slot: int
+    result: BuildResult
+    digest: str = ""
+    features: dict[str, float] = field(default_factory=dict)
+    rebuilt_nothing: bool = False  # new flags were written, and Ninja had no work to do
+
+
+class Worker(Protocol):
+    name: str
+
+    @property
+    def slots(self) -> int: ...
+
+    def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
+              ninja_targets: Sequence[str], timeout: float, jobs: int | None) -> Compiled: ...
+
+    def resolve(self, bench: Benchmark, timeout: float) -> Benchmark: ...
+
+    def run(self, slot: int, bench: Benchmark, timeout: float) -> Run: ...
+
+    def reset(self) -> None: ...
+
+
+class LocalWorker:
+    """Build trees on this host, benchmarks on one GPU (or on the CPU: `gpu` None)."""
+
+    def __init__(self, name: str, baseline: BuildTree, trees: Sequence[BuildTree],
+                 gpu: Gpu | None = None) -> None:
+        self.name = name
+        self.baseline = baseline
+        self.trees = list(trees)
+        self.gpu = gpu
+        # The GPU by UUID: immune to CUDA_VISIBLE_DEVICES renumbering and to PCI order.
+        self.env = {"CUDA_VISIBLE_DEVICES": gpu.uuid} if gpu else {}
+        self.monitor = GpuMonitor(index=gpu.index) if gpu else GpuMonitor.disabled()
+
+    @property
+    def slots(self) -> int:
+        return len(self.trees)
+
+    def _tree(self, slot: int) -> BuildTree:
+        return self.baseline if slot == BASELINE_SLOT else self.trees[slot]
+
+    def configure(self, arch: str) -> Project:
+        for tree in (self.baseline, *self.trees):
+            tree.configure(arch)
+            tree.write_flags({})
+        return self.baseline.project
+
+    def reset(self) -> None:
+        """Every tree back to the project's own flags."""
+        for tree in (self.baseline, *self.trees):
+            tree.write_flags({})
+
+    def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
+              ninja_targets: Sequence[str], timeout: float, jobs: int | None) -> Compiled:
+        """Compile `flags` for `target` in a slot (the baseline slot keeps the project's flags)."""
+        tree = self._tree(slot)
+        changed = tree.write_flags({target: flags} if flags else {})
+        result = tree.build(ninja_targets, timeout=timeout, jobs=jobs)
+        if not result.ok:
+            return Compiled(slot, result)
+        nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
+        return Compiled(slot, result, code_digest(object_files(tree.path, target)),
+                        resource_features(result.log), nothing)
+
+    def executable(self, slot: int, bench: Benchmark) -> Path:
+        if bench.executable_target:
+            # The tree's own manifest lists where its executables are.
+            for b in self._tree(slot).project.benchmarks:
+                if b.index == bench.index:
+                    return Path(b.executable)
+        return Path(bench.executable)
+
+    def resolve(self, bench: Benchmark, timeout: float) -> Benchmark:
+        """FORMAT auto, recognised from a run of the baseline (raises ParseError)."""
+        return resolve_format(bench, self.executable(BASELINE_SLOT, bench), timeout, env=self.env)
+
+    def run(self, slot: int, bench: Benchmark, timeout: float) -> Run:
+        exe = self.executable(slot, bench)
+        if bench.executable_target and not exe.is_file():
+            return Run([Sample(bench.workload, None, None, 0.0, None, f"{exe} was not built")])
+        return run_workload(bench, exe, timeout, env=self.env, monitor=self.monitor)
+
+
+def local_workers(project: Project, work: Path, gpus: Sequence[Gpu], slots: int) -> list[LocalWorker]:
+    """One worker per GPU (one for the CPU when `gpus` is empty), sharing one baseline tree,
+    each with `slots` candidate trees of its own."""
+    baseline = BuildTree(project, work / "baseline")
+    devices: Sequence[Gpu | None] = list(gpus) or [None]
+    workers = []
+    for i, gpu in enumerate(devices):
+        trees = [BuildTree(project, work / f"candidate-{i * slots + s}") for s in range(slots)]
+        workers.append(LocalWorker(f"gpu{gpu.index}" if gpu else "cpu", baseline, trees, gpu))
+    return workers

@@ -1,0 +1,156 @@
+"""Workers: several at once through the search pipeline, GPU selection, and Ray.
+
+Real cmake, ninja and g++ on the C++ fixture project.  Without GPUs, several workers
+are CPU workers here; on a GPU machine each would own a GPU, which the pipeline does
+not see: it only hands out proposals and measures on whichever worker built them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from compileiq_build.build import BuildTree
+from compileiq_build.environment import Gpu
+from compileiq_build.errors import CompileIQError
+from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.pipeline import Proposals, run_search
+from compileiq_build.progress import Reporter
+from compileiq_build.project import load_project
+from compileiq_build.search import Exhaustive, RandomSearch, Trial, config_key
+from compileiq_build.selection import outcomes
+from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.store import open_store
+from compileiq_build.tune import TuneOptions, Tuner
+from compileiq_build.workers import LocalWorker
+
+SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
+                   Dimension("CXX", "funroll", ("on",), "-funroll-loops")))
+
+
+def _evaluator(project_dir, configure, workers_slots):
+    build = project_dir / "build"
+    configure(project_dir, build)
+    project = load_project(build)
+    work = build / "compileiq" / "work"
+    baseline = BuildTree(project, work / "baseline")
+    workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)])
+               for i, slots in enumerate(workers_slots)]
+    trees = [baseline, *(t for w in workers for t in w.trees)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda t: t.configure(""), trees))
+    for w in workers:
+        w.reset()
+    tree_project = baseline.project
+    store = open_store(build)
+    evaluator = Evaluator(tree_project.target("saxpy"), tree_project.benchmarks_for("saxpy"), workers, store,
+                          store.start_session("test", {}), Sampling(2, 2), jobs=1,
+                          report=Reporter(quiet=True))
+    evaluator.prepare_baseline()
+    return evaluator, store
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
+    evaluator, store = _evaluator(cxx_project, configure, [2, 1])
+    strategy = Exhaustive()
+    proposals = Proposals(strategy, SPACE, lambda: _trials(evaluator), budget=100, halt=lambda: "")
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
+    rows = store.evaluations("saxpy", phase="search")
+    keys = [r.config_key for r in rows]
+    assert len(keys) == SPACE.size - 1 == len(set(keys))  # every candidate once, the baseline never
+    assert {r.worker for r in rows} == {"w0", "w1"}
+    assert all(r.status == "measured" for r in rows)
+    assert proposals.finished.startswith("strategy exhaustive stops")
+    # The candidate runs of each evaluation came from the slots of the worker it names.
+    for r in rows:
+        assert all(role in ("candidate", "baseline") for _, role, *_ in store.samples(r.id))
+    store.close()
+
+
+def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
+    evaluator, store = _evaluator(cxx_project, configure, [2, 2])
+    proposals = Proposals(RandomSearch(3), SPACE, lambda: _trials(evaluator), budget=3, halt=lambda: "")
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    assert len(store.evaluations("saxpy", phase="search")) == 3
+    assert proposals.finished == "budget of 3 evaluations reached"
+    store.close()
+
+
+def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
+    evaluator, store = _evaluator(cxx_project, configure, [2])
+    calls = []
+
+    def halt() -> str:  # stop once the first candidate was measured
+        calls.append(1)
+        return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
+
+    proposals = Proposals(Exhaustive(), SPACE, lambda: _trials(evaluator), budget=100, halt=halt)
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    assert len(store.evaluations("saxpy", phase="search")) == 1
+    assert proposals.finished == "stopped by Ctrl-C"
+    store.close()
+
+
+def _trials(evaluator):
+    return [Trial(o.evaluation.config, o.ratio, o.faster)
+            for o in outcomes(evaluator.store, "saxpy", evaluator.arch_keys, "search")]
+
+
+def _gpu(index: int, cc: str) -> Gpu:
+    return Gpu(index, "GPU", f"GPU-{index}", "580", cc, "", "", "", "")
+
+
+def test_gpu_selection(cxx_project, configure, monkeypatch):
+    configure(cxx_project, cxx_project / "build")
+    tuner = Tuner(cxx_project / "build", TuneOptions(), Reporter(quiet=True))
+    tuner.gpus = [_gpu(0, "9.0"), _gpu(1, "9.0"), _gpu(2, "8.0")]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [g.index for g in tuner._measuring_gpus()] == [0, 1]  # the first one's architecture
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,GPU-2")
+    assert [g.index for g in tuner._measuring_gpus()] == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    with pytest.raises(CompileIQError, match="CUDA_VISIBLE_DEVICES=7 leaves none"):
+        tuner._measuring_gpus()
+    tuner.options.gpus = (2, 0)
+    assert [g.index for g in tuner._measuring_gpus()] == [2]
+    tuner.options.gpus = (5,)
+    with pytest.raises(CompileIQError, match="--gpus names 5; this machine has GPUs 0, 1, 2"):
+        tuner._measuring_gpus()
+
+
+def test_gpus_option_is_checked(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(tmp_path), "--gpus", "0,x"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "expected GPU numbers separated by commas" in proc.stderr
+
+
+def test_worker_names_its_gpu_to_the_benchmarks():
+    worker = LocalWorker("gpu1", BuildTree.__new__(BuildTree), [], _gpu(1, "9.0"))
+    assert worker.env == {"CUDA_VISIBLE_DEVICES": "GPU-1"}
+
+
+def test_tune_on_a_local_ray_cluster(cxx_project, configure):
+    pytest.importorskip("ray")
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--ray", "local",
+                           "--strategy", "exhaustive", "--dimensions", "O", "--repeats", "2",
+                           "--max-repeats", "2"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    db = sqlite3.connect(build / "compileiq" / "results.sqlite")
+    rows = db.execute("SELECT config_key, status, worker FROM evaluations WHERE phase='search'").fetchall()
+    values = next(d.values for d in Tuner(build, TuneOptions(), Reporter(quiet=True))._space(
+        load_project(build).target("saxpy"), load_project(build)).dimensions if d.name == "O")
+    assert sorted(k for k, _, _ in rows) == sorted(config_key({"CXX:O": v}) for v in values)
+    assert {s for _, s, _ in rows} == {"measured"}
+    (worker,) = {w for _, _, w in rows}
+    assert worker.startswith("ray:") and worker.endswith("/cpu")
+    # The actor built in trees of its own, on its node.
+    work = build / "compileiq" / "work"
+    assert any(p.name.startswith("ray-") for p in work.iterdir())
+    assert (cxx_project / "compileiq-toolchain.cmake").is_file()
