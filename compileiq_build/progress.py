@@ -96,7 +96,10 @@ class Reporter:
         """`done`: evaluations of the target already finished (those of earlier runs too)."""
         with self._lock:
             state = self.targets.setdefault(target, _TargetState(done + 1))
-            state.done = max(state.done, done)
+            if not state.finished and not state.measuring:
+                # Evaluations of earlier runs, once: later, a store count can run ahead of the
+                # outcomes shown (another worker's result lands in the store before it is shown).
+                state.done = max(state.done, done)
             state.measuring[key] = time.monotonic()
             self.first_evaluation = self.first_evaluation or state.measuring[key]
             self.phase_text = f"{target}: measuring {state.current}"

@@ -74,6 +74,22 @@ def test_one_plain_line_per_evaluation_elsewhere():
     assert "\x1b[" not in out.getvalue()
 
 
+def test_counts_with_two_workers_measuring_at_once():
+    """Worker B's result is in the store (the count passed in) before it is shown: the
+    display counts each outcome once, and starts from the evaluations of earlier runs."""
+    out = io.StringIO()
+    reporter = Reporter(Console(file=out, force_terminal=False, width=200))
+    reporter.start(["saxpy"], budget=4)
+    reporter.evaluating("saxpy", 1, "a")  # one evaluation from an earlier run
+    reporter.evaluating("saxpy", 1, "b")
+    reporter.evaluating("saxpy", 2, "c")  # b has landed in the store, not yet shown
+    for key in ("b", "a", "c"):
+        reporter.outcome("saxpy", _outcome(key, 1.0, False))
+    reporter.stop()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("[saxpy")]
+    assert [line.split(",")[0] for line in lines] == ["[saxpy 2/4", "[saxpy 3/4", "[saxpy 4/4"]
+
+
 def test_one_warning_per_workload_for_gpu_slowdowns():
     from compileiq_build.evaluate import Evaluator
     from compileiq_build.measure import Run, Sample
