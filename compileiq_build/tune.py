@@ -173,22 +173,23 @@ class Tuner:
 
     def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
         cuda = any("CUDA" in t.languages for t in targets)
-        session = store.start_session(command, self._environment())
         self.report.phase("configuring the tuning build trees")
-        if self.options.ray:
-            workers, tree_project, arch = self._ray_workers(cuda)
-        else:
-            gpus = self._measuring_gpus() if cuda else []
-            arch = gpus[0].arch if gpus else ""
-            slots = max(1, self._parallel() // max(1, len(gpus)))
-            local = local_workers(self.project, self.work, gpus, slots)
-            tree_project = self._configure(local, arch)
-            workers = list(local)
-        if len(workers) > 1:
-            self.report.note(f"measuring on {len(workers)} workers at once: "
-                             f"{', '.join(w.name for w in workers)}, {workers[0].slots} candidates "
-                             "compiled ahead for each")
         try:
+            if self.options.ray:
+                workers, tree_project, arch = self._ray_workers(cuda)
+            else:
+                gpus = self._measuring_gpus() if cuda else []
+                arch = gpus[0].arch if gpus else ""
+                slots = max(1, self._parallel() // max(1, len(gpus)))
+                local = local_workers(self.project, self.work, gpus, slots)
+                tree_project = self._configure(local, arch)
+                workers = list(local)
+            if len(workers) > 1:
+                self.report.note(f"measuring on {len(workers)} workers at once: "
+                                 f"{', '.join(w.name for w in workers)}, {workers[0].slots} candidates "
+                                 "compiled ahead for each")
+            described = {**self._environment(), "workers": [w.name for w in workers]}
+            session = store.start_session(command, described)
             return self._tune(targets, workers, tree_project, arch, store, session)
         finally:
             if self.options.ray:
@@ -211,7 +212,7 @@ class Tuner:
                 report=self.report,
                 build_timeout=self.options.build_timeout)
             evaluator.prepare_baseline()
-            space = self._space(target, tree_project)
+            space = self._space(target, tree_project, arch)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                              f"{space.size} configurations; strategy {self.options.strategy}")
             self._search(evaluator, space)
@@ -279,9 +280,9 @@ class Tuner:
             worker.reset()
         return workers[0].baseline.project
 
-    def _space(self, target: Target, tree_project: Project) -> FlagSpace:
+    def _space(self, target: Target, tree_project: Project, arch: str) -> FlagSpace:
         compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
-        extra = {"CUDA": [f"-arch=sm_{self.gpus[0].arch}"] if self.gpus else []}
+        extra = {"CUDA": [f"-arch=sm_{arch}"] if arch else []}
         prober = Prober(self.build_dir / "compileiq" / "probe", extra)
         space = build_space(target.languages, compilers, prober,
                             self.options.allow_numerics_change, self.options.max_stage)

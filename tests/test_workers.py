@@ -145,7 +145,7 @@ def test_tune_on_a_local_ray_cluster(cxx_project, configure):
     db = sqlite3.connect(build / "compileiq" / "results.sqlite")
     rows = db.execute("SELECT config_key, status, worker FROM evaluations WHERE phase='search'").fetchall()
     values = next(d.values for d in Tuner(build, TuneOptions(), Reporter(quiet=True))._space(
-        load_project(build).target("saxpy"), load_project(build)).dimensions if d.name == "O")
+        load_project(build).target("saxpy"), load_project(build), "").dimensions if d.name == "O")
     assert sorted(k for k, _, _ in rows) == sorted(config_key({"CXX:O": v}) for v in values)
     assert {s for _, s, _ in rows} == {"measured"}
     (worker,) = {w for _, _, w in rows}
