@@ -82,3 +82,22 @@ def test_demo_tunes_the_cuda_targets_on_a_gpu(tmp_path):
     states = [json.loads(g) for (g,) in db.execute("SELECT gpu FROM samples WHERE error=''")]
     assert states and all(s.get("uuid", "").startswith("GPU-") and s["sm_clock_max_mhz"] > 0
                           for s in states)
+
+
+@pytest.mark.gpu
+def test_one_worker_per_gpu(tmp_path, configure):
+    """Every GPU of the first one's kind gets a worker, and each worker measures candidates."""
+    build = tmp_path / "build"
+    configure(ROOT / "sample_project", build, "-DCMAKE_CUDA_ARCHITECTURES=native")
+    proc = subprocess.run(
+        [sys.executable, "-m", "compileiq_build", "tune", str(build), "--targets", "stencil_kernels",
+         "--strategy", "random", "--budget", "8", "--repeats", "2", "--max-repeats", "2", "--jobs", "8"],
+        capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gpus = environment.detect_gpus()
+    expected = {f"gpu{g.index}" for g in gpus if g.arch == gpus[0].arch}
+    db = sqlite3.connect(build / "compileiq" / "results.sqlite")
+    workers = {w for (w,) in db.execute("SELECT worker FROM evaluations WHERE phase = 'search'")}
+    assert workers == expected
+    (environment_json,) = db.execute("SELECT environment FROM sessions").fetchone()
+    assert sorted(json.loads(environment_json)["workers"]) == sorted(expected)
