@@ -21,6 +21,8 @@ from compileiq_build.measure import Run
 from compileiq_build.project import Benchmark, Project
 from compileiq_build.workers import Compiled, LocalWorker
 
+PLACEMENT_TIMEOUT_S = 300
+
 
 class _Node:
     """The actor's side: a LocalWorker on the actor's node and GPU."""
@@ -123,9 +125,13 @@ def start(address: str, project: Project, work: Path, slots: int, use_gpus: bool
         actors = [actor_class.options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(
             node, soft=False), **options).remote(project, str(work), slots, False) for node in nodes]
     try:
-        described = ray.get([a.describe.remote() for a in actors])
+        described = ray.get([a.describe.remote() for a in actors], timeout=PLACEMENT_TIMEOUT_S)
     except ray.exceptions.RayTaskError as exc:
         raise exc.as_instanceof_cause() from None
+    except ray.exceptions.GetTimeoutError:
+        raise CompileIQError(
+            f"the Ray cluster at {address} did not start {len(actors)} workers within "
+            f"{PLACEMENT_TIMEOUT_S} s: are its GPUs (or nodes) taken by other work?") from None
     return [RayWorker(a, name, arch, slots) for a, (name, arch) in zip(actors, described, strict=True)]
 
 
