@@ -10,6 +10,7 @@ the same paths as the driver (a shared file system, or the same checkout everywh
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,19 @@ class RayWorker:
         self._call("reset")
 
 
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT that nothing answers on fails here at once: Ray itself retries for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "local", "auto": Ray resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise CompileIQError(
+            f"no Ray cluster answers at {address} ({exc}). Start one with `ray start --head` and "
+            "pass the address it prints, or use --ray local.") from None
+
+
 def start(address: str, project: Project, work: Path, slots: int, use_gpus: bool) -> list[RayWorker]:
     """Connect to the cluster (`local`: start one on this machine) and start the workers."""
     try:
@@ -106,6 +120,7 @@ def start(address: str, project: Project, work: Path, slots: int, use_gpus: bool
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError:
         raise CompileIQError("--ray needs Ray: pip install 'compileiq-build[ray]'") from None
+    _check_reachable(address)
     try:
         ray.init(address=None if address == "local" else address, include_dashboard=False,
                  log_to_driver=False, ignore_reinit_error=True)

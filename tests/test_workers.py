@@ -154,3 +154,12 @@ def test_tune_on_a_local_ray_cluster(cxx_project, configure):
     work = build / "compileiq" / "work"
     assert any(p.name.startswith("ray-") for p in work.iterdir())
     assert (cxx_project / "compileiq-toolchain.cmake").is_file()
+
+
+def test_an_unreachable_ray_cluster_is_a_clear_error(cxx_project, configure):
+    pytest.importorskip("ray")
+    configure(cxx_project, cxx_project / "build")
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(cxx_project / "build"),
+                           "--ray", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no Ray cluster answers at 127.0.0.1:1" in proc.stderr
