@@ -32,11 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DIMENSIONS = ["ptxas-O", "register-usage-level", "dlcm", "dscm"]
 
 
-def configure(build: Path) -> None:
-    if not (build / "CMakeCache.txt").is_file():
-        subprocess.run(["cmake", "-S", str(ROOT / "sample_project"), "-B", str(build), "-G", "Ninja",
-                        f"-DCompileIQ_ROOT={cmake_dir()}", "-DCMAKE_CUDA_ARCHITECTURES=90"],
-                       check=True, capture_output=True)
+def configure(build: Path, stencil_reps: int) -> None:
+    subprocess.run(["cmake", "-S", str(ROOT / "sample_project"), "-B", str(build), "-G", "Ninja",
+                    f"-DCompileIQ_ROOT={cmake_dir()}", "-DCMAKE_CUDA_ARCHITECTURES=90",
+                    f"-DSAMPLE_STENCIL_REPS={stencil_reps}"], check=True, capture_output=True)
 
 
 def tune(build: Path, gpus: str, args: argparse.Namespace) -> float:
@@ -82,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--jobs", type=int)
+    p.add_argument("--reps-stencil", type=int, default=50,
+                   help="kernel launches per stencil run (sample_project's SAMPLE_STENCIL_REPS)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     results = {}
     for gpus in args.setups:
         build = args.workdir / f"gpus-{gpus.replace(',', '-')}"
         shutil.rmtree(build / "compileiq" / "work", ignore_errors=True)
-        configure(build)
+        configure(build, args.reps_stencil)
         wall = tune(build, gpus, args)
         results[gpus] = {**metrics(build, args.target), "tune_wall_s": round(wall, 1)}
         print(f"GPUs {gpus}: {json.dumps(results[gpus])}", flush=True)
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         r["speedup_vs_first"] = round(r["evaluations_per_hour"] / first, 3)
     if args.out:
         args.out.write_text(json.dumps({"target": args.target, "dimensions": args.dimensions,
+                                        "stencil_reps": args.reps_stencil,
                                         "budget": args.budget, "repeats": args.repeats,
                                         "setups": results}, indent=2) + "\n")
     print(f"{'GPUs':8} {'evals':>6} {'dedup':>6} {'search s':>9} {'build s':>8} {'bench s':>8} "
