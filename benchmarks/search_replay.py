@@ -12,7 +12,7 @@ reach 95% of it.  Our strategies (exhaustive, random, staged, model) run through
 same code as `tune`; the peers are Optuna's TPE sampler and NVIDIA's compileiq engine
 (`pip install -e '.[bench]'`); a peer that does not install or run says why.
 
-    python -m benchmarks.search_replay TABLE.csv --budget 30 --seeds 20 [--json]
+    python -m benchmarks.search_replay TABLE.csv --budget 30 --seeds 20 [--json] [--prior OTHER.csv]
 """
 
 from __future__ import annotations
@@ -87,13 +87,23 @@ def _plain(config: dict[str, str]) -> dict[str, str]:
     return {k.split(":", 1)[1]: v for k, v in config.items()}
 
 
-def run_ours(table: Table, make, budget: int, seed: int) -> list[float]:
+def prior_of(table: Table) -> list[Trial]:
+    """Every row of another target's table as a measured evaluation (warm start)."""
+    base = table.times[table.baseline]
+    trials = []
+    for row, t in zip(table.rows, table.times, strict=True):
+        config = {f"{LANGUAGE}:{d}": v for d, v in row.items()}
+        trials.append(Trial(config, t / base, t / base < 1.0))
+    return trials
+
+
+def run_ours(table: Table, make, budget: int, seed: int, prior: list[Trial] | None = None) -> list[float]:
     """Times measured, in order, by one of our strategies (configs missing from the table
     count as failed evaluations, as a failed build would)."""
     space = space_of(table)
     features = (lambda c: table.features[i] if (i := table.index(_plain(c))) is not None else {}) \
         if any(table.features) else None
-    strategy = make(seed, features)
+    strategy = make(seed, features, prior or [])
     base = table.times[table.baseline]
     history: list[Trial] = []
     measured: list[float] = []
@@ -137,21 +147,22 @@ def _evals_to(table: Table, measured: list[float], level: float) -> int | None:
 
 
 OURS: dict[str, Callable] = {
-    "exhaustive": lambda seed, features: Exhaustive(),
-    "random": lambda seed, features: RandomSearch(seed),
-    "staged": lambda seed, features: Staged(),
-    "model": lambda seed, features: ModelGuided(seed, features=features),
+    "exhaustive": lambda seed, features, prior: Exhaustive(),
+    "random": lambda seed, features, prior: RandomSearch(seed),
+    "staged": lambda seed, features, prior: Staged(),
+    "model": lambda seed, features, prior: ModelGuided(seed, features=features, prior=prior),
 }
 
 
-def replay(table: Table, budget: int, seeds: int, strategies: list[str]) -> dict[str, dict]:
+def replay(table: Table, budget: int, seeds: int, strategies: list[str],
+           prior: list[Trial] | None = None) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for name in strategies:
         fractions, evals = [], []
         try:
             for seed in range(seeds if name not in ("exhaustive", "staged") else 1):
                 if name in OURS:
-                    measured = run_ours(table, OURS[name], budget, seed)
+                    measured = run_ours(table, OURS[name], budget, seed, prior)
                 else:
                     measured = run_peer(table, PEERS[name], budget, seed)
                 fractions.append(_fraction(table, measured))
@@ -179,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", nargs="+", default=[*OURS, *PEERS],
                    choices=[*OURS, *PEERS])
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--prior", type=Path, metavar="TABLE",
+                   help="another target's table over the same dimensions: its rows warm-start the model")
     args = p.parse_args(argv)
     table = load_table(args.table)
-    results = replay(table, args.budget, args.seeds, args.strategies)
+    prior = prior_of(load_table(args.prior)) if args.prior else None
+    results = replay(table, args.budget, args.seeds, args.strategies, prior)
     if args.json:
         def finite(e: float | None) -> float | None:
             return None if e is None or e == math.inf else e

@@ -14,6 +14,10 @@ Every other proposal goes to a value of a dimension never measured yet, the best
 configuration by the bound: the models cannot predict a value they never saw.  Once
 every value was measured, it stops early when even the optimistic bound of every
 untried configuration beats the incumbent by less than the measured noise, and says so.
+
+Warm start: evaluations of other targets in the store (`prior`) come in twice.  Their
+faster configurations are the first seeds, best first.  And they are rows of every fit,
+at half weight and marked as borrowed, so that the trees can learn how this target differs.
 """
 
 from __future__ import annotations
@@ -33,16 +37,26 @@ from compileiq_build.space import DEFAULT, FlagSpace
 # but not so bad that it swamps what the models learn from the valid ones.
 INVALID_RATIO = 2.0
 POOL = 4000
+# Evaluations of other targets (warm start) count this much in the fit: they inform, and the
+# target's own measurements outweigh them.
+PRIOR_WEIGHT = 0.5
 
 Features = Callable[[Config], Mapping[str, float]]
+
+
+def _fits(space: FlagSpace, config: Mapping[str, str]) -> bool:
+    """A configuration measured for another target that this space can express."""
+    values = {d.key: (DEFAULT, *d.values) for d in space.dimensions}
+    return all(k in values and v in values[k] for k, v in config.items())
 
 
 class ModelGuided:
     name = "model"
 
     def __init__(self, seed: int = 0, seeds: int = 8, ensemble: int = 8, kappa: float = 2.0,
-                 noise: float = 0.002, features: Features | None = None) -> None:
+                 noise: float = 0.002, features: Features | None = None, prior: Sequence[Trial] = ()) -> None:
         self.seed = seed
+        self.prior = prior  # evaluations of other targets: the first seeds, and rows of the fit
         self.seeds = seeds
         self.ensemble = ensemble
         self.kappa = kappa
@@ -74,8 +88,10 @@ class ModelGuided:
                 unique.setdefault(key, c)
         return list(unique.values())
 
-    def _frame(self, space: FlagSpace, configs: Sequence[Config]) -> pd.DataFrame:
+    def _frame(self, space: FlagSpace, configs: Sequence[Config], borrowed: Sequence[bool]) -> pd.DataFrame:
         columns: dict[str, object] = {}
+        if self.prior:  # which rows come from other targets: the trees may learn their offset
+            columns["borrowed"] = pd.Categorical([int(b) for b in borrowed], categories=[0, 1])
         for i, d in enumerate(space.dimensions):
             categories = [DEFAULT, *d.values]
             columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs], categories=categories)
@@ -99,12 +115,22 @@ class ModelGuided:
         if not pool:
             self.stop_reason = "every configuration of the space was measured"
             return None
+        prior = [(full_config(space, t.config), t) for t in self.prior if _fits(space, t.config)]
         if len(trials) < self.seeds:
+            # Warm start: what was faster for other targets comes first, for half the seeds at most.
+            transfer = sorted(((t.ratio, config_key(c), c) for c, t in prior
+                               if t.faster and t.ratio is not None
+                               and config_key(c) not in seen | {BASELINE}),
+                              key=lambda rkc: rkc[:2])
+            if transfer and len(trials) < self.seeds // 2:
+                return transfer[0][2]
             return rng.choice(pool)
         # The baseline is a measured point too: ratio 1 by definition.
-        train = [space.default_config()] + [c for c, _ in trials]
-        target = np.log([1.0] + [t.ratio if t.ratio is not None else INVALID_RATIO for _, t in trials])
-        predictions = self._ensemble(space, train, target, pool, rng)
+        train = [space.default_config()] + [c for c, _ in trials] + [c for c, _ in prior]
+        ratios_all = [1.0] + [t.ratio for _, t in trials] + [t.ratio for _, t in prior]
+        target = np.log([r if r is not None else INVALID_RATIO for r in ratios_all])
+        borrowed = [False] * (1 + len(trials)) + [True] * len(prior)
+        predictions = self._ensemble(space, train, target, borrowed, pool, rng)
         mean, std = predictions.mean(axis=0), predictions.std(axis=0)
         bound = mean - self.kappa * std
         # The models know nothing of a value never measured (trees cannot extrapolate to it),
@@ -122,12 +148,13 @@ class ModelGuided:
             return None
         return pool[choice]
 
-    def _ensemble(self, space: FlagSpace, train: list[Config], target: np.ndarray, pool: list[Config],
-                  rng: random.Random) -> np.ndarray:
+    def _ensemble(self, space: FlagSpace, train: list[Config], target: np.ndarray, borrowed: list[bool],
+                  pool: list[Config], rng: random.Random) -> np.ndarray:
         import lightgbm
 
-        x_train = self._frame(space, train)
-        x_pool = self._frame(space, pool)
+        x_train = self._frame(space, train, borrowed)
+        x_pool = self._frame(space, pool, [False] * len(pool))
+        weight = np.array([PRIOR_WEIGHT if b else 1.0 for b in borrowed])
         n = len(train)
         params = {"objective": "regression", "learning_rate": 0.15, "num_leaves": 8,
                   "min_data_in_leaf": 2, "min_data_in_bin": 1, "min_data_per_group": 1,
@@ -138,7 +165,8 @@ class ModelGuided:
         for b in range(self.ensemble):
             rows = [rng.randrange(n) for _ in range(n)]  # bootstrap: the bag's view of the data
             rows[0] = 0  # every bag knows the baseline
-            data = lightgbm.Dataset(x_train.iloc[rows], target[rows], free_raw_data=False)
+            data = lightgbm.Dataset(x_train.iloc[rows], target[rows], weight=weight[rows],
+                                    free_raw_data=False)
             booster = lightgbm.train({**params, "seed": self.seed * 100 + b}, data, num_boost_round=40)
             out.append(booster.predict(x_pool))
         return np.vstack(out)

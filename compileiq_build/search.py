@@ -120,11 +120,12 @@ class Exhaustive:
 STRATEGIES = ("model", "staged", "random", "exhaustive")
 
 
-def make_strategy(name: str, seed: int = 0) -> Strategy:
+def make_strategy(name: str, seed: int = 0, prior: Sequence[Trial] = ()) -> Strategy:
+    """`prior`: evaluations of other targets, which the model-guided search starts from."""
     if name == "model":
         from compileiq_build.model import ModelGuided  # LightGBM loads only when used
 
-        return ModelGuided(seed)
+        return ModelGuided(seed, prior=prior)
     if name == "random":
         return RandomSearch(seed)
     return {"staged": Staged, "exhaustive": Exhaustive}[name]()

@@ -303,6 +303,14 @@ class Tuner:
         return [Trial(o.evaluation.config, o.ratio, o.faster)
                 for o in outcomes(store, evaluator.target.name, evaluator.arch_keys, "search")]
 
+    @staticmethod
+    def _prior(evaluator: Evaluator) -> list[Trial]:
+        """Search evaluations of the other targets tuned for the same architectures (warm start)."""
+        store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
+        others = {r.target for r in store.evaluations(phase="search") if r.target != name}
+        return [Trial(o.evaluation.config, o.ratio, o.faster) for other in sorted(others)
+                for o in outcomes(store, other, arch, "search")]
+
     def _parallel(self) -> int:
         """Candidates compiled at once: --jobs, else a quarter of the cores (at most 8)."""
         if self.options.jobs:
@@ -320,7 +328,11 @@ class Tuner:
                 return "stopped by Ctrl-C"
             return "time limit reached" if self.out_of_time() else ""
 
-        strategy = make_strategy(self.options.strategy, self.options.seed)
+        prior = self._prior(evaluator)
+        if prior and self.options.strategy == "model":
+            self.report.note(f"{evaluator.target.name}: the search starts from {len(prior)} evaluations "
+                             "of other targets in the store")
+        strategy = make_strategy(self.options.strategy, self.options.seed, prior)
         proposals = Proposals(strategy, space, lambda: self._trials(evaluator.store, evaluator),
                               self.options.budget, halt)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.

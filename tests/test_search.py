@@ -64,3 +64,29 @@ def test_random_never_repeats_and_is_reproducible():
     assert len(keys) == len(set(keys)) == SPACE.size - 1
     assert all(v in (DEFAULT, *d.values) for t in a for d in SPACE.dimensions
                for v in [t.config[d.key]])
+
+
+def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
+    from types import SimpleNamespace
+
+    from compileiq_build.measure import Sample
+    from compileiq_build.store import MEASURED, open_store
+    from compileiq_build.tune import Tuner
+
+    store = open_store(tmp_path)
+    session = store.start_session("test", {})
+    cuda, host = {"CUDA": "sm_90"}, {"CXX": "x86_64"}
+    for target, arch, config, cost in (("gemm", cuda, {"CUDA:rul": "3"}, 0.9),
+                                       ("nbody", cuda, {"CUDA:rul": "1"}, 1.2),
+                                       ("host", host, {"CXX:O": "3"}, 0.5),
+                                       ("stencil", cuda, {"CUDA:rul": "2"}, 0.8)):
+        e = store.begin_evaluation(session, target, arch, config_key(config), config, {}, "model", "search")
+        for rep in range(5):
+            store.add_sample(e, "candidate", rep, Sample("w", cost, cost, 0.1, 0, ""))
+            store.add_sample(e, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
+        store.finish_evaluation(e, MEASURED)
+    evaluator = SimpleNamespace(store=store, target=SimpleNamespace(name="stencil"), arch_keys=cuda)
+    prior = Tuner._prior(evaluator)
+    assert sorted((config_key(t.config), t.ratio, t.faster) for t in prior) == [
+        ("CUDA:rul=1", 1.2, False), ("CUDA:rul=3", 0.9, True)]  # not its own, not another arch's
+    store.close()
