@@ -15,9 +15,12 @@ configuration by the bound: the models cannot predict a value they never saw.  O
 every value was measured, it stops early when even the optimistic bound of every
 untried configuration beats the incumbent by less than the measured noise, and says so.
 
-Warm start: evaluations of other targets in the store (`prior`) come in twice.  Their
-faster configurations are the first seeds, best first.  And they are rows of every fit,
-at half weight and marked as borrowed, so that the trees can learn how this target differs.
+Warm start: evaluations of other targets in the store (`prior`) come in twice.  Their best
+faster configurations are the first seeds (up to TRANSFER_SEEDS), as long as those gain
+here at least half of what they gained there.  If they do, the other targets' evaluations
+also become rows of every fit, at half weight and marked as borrowed (the trees may learn
+how this target differs).  Otherwise the targets differ, and borrowed rows would mislead
+the fit: gemm and nbody want opposite register limits.
 """
 
 from __future__ import annotations
@@ -40,8 +43,20 @@ POOL = 4000
 # Evaluations of other targets (warm start) count this much in the fit: they inform, and the
 # target's own measurements outweigh them.
 PRIOR_WEIGHT = 0.5
+TRANSFER_SEEDS = 4  # seeds taken from other targets' best configurations
 
 Features = Callable[[Config], Mapping[str, float]]
+
+
+def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
+    """Whether the other targets' faster configurations measured here gained here at least half
+    of what they gained there (log ratios, on average); None before one was measured here."""
+    there = {config_key(c): math.log(t.ratio) for c, t in prior if t.faster and t.ratio}
+    pairs = [(math.log(t.ratio) if t.ratio else math.log(INVALID_RATIO), there[config_key(c)])
+             for c, t in trials if config_key(c) in there]
+    if not pairs:
+        return None
+    return sum(h for h, _ in pairs) <= 0.5 * sum(t for _, t in pairs)
 
 
 def _fits(space: FlagSpace, config: Mapping[str, str]) -> bool:
@@ -122,13 +137,18 @@ class ModelGuided:
                                if t.faster and t.ratio is not None
                                and config_key(c) not in seen | {BASELINE}),
                               key=lambda rkc: rkc[:2])
-            if transfer and len(trials) < self.seeds // 2:
+            # ... as long as what was taken from them holds up here.
+            if transfer and len(trials) < TRANSFER_SEEDS and _transfers(prior, trials) is not False:
                 return transfer[0][2]
             return rng.choice(pool)
+        if not _transfers(prior, trials):
+            prior = []
         # The baseline is a measured point too: ratio 1 by definition.
         train = [space.default_config()] + [c for c, _ in trials] + [c for c, _ in prior]
         ratios_all = [1.0] + [t.ratio for _, t in trials] + [t.ratio for _, t in prior]
-        target = np.log([r if r is not None else INVALID_RATIO for r in ratios_all])
+        # Clipped at the invalid ratio: a configuration 28 times slower (-maxrregcount=32 on a
+        # GEMM) is simply bad, and left unclipped it would dominate the squared loss.
+        target = np.log([min(r, INVALID_RATIO) if r is not None else INVALID_RATIO for r in ratios_all])
         borrowed = [False] * (1 + len(trials)) + [True] * len(prior)
         predictions = self._ensemble(space, train, target, borrowed, pool, rng)
         mean, std = predictions.mean(axis=0), predictions.std(axis=0)

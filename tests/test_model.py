@@ -81,10 +81,10 @@ def test_warm_start_tries_what_was_faster_for_other_targets_first():
     history: list[Trial] = []
     for _ in range(3):
         config = model.propose(SPACE, history)
-        history.append(Trial(config, landscape(config), False))
+        history.append(Trial(config, landscape(config), landscape(config) < 0.999))
     assert config_key(history[0].config) == "CUDA:dlcm=cg CUDA:rul=8"
     assert config_key(history[1].config) == "CUDA:rul=3"
-    assert config_key(history[2].config) != "CUDA:rul=2"
+    assert config_key(history[2].config) != "CUDA:rul=2"  # slower there: not taken over
 
 
 def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
@@ -97,8 +97,7 @@ def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
 
     def evaluations_to_95(strategy) -> int:
         history: list[Trial] = []
-        while len(history) < 40:
-            config = strategy.propose(SPACE, history)
+        while len(history) < 40 and (config := strategy.propose(SPACE, history)) is not None:
             history.append(Trial(config, landscape(config), landscape(config) < 0.999))
             if (1 - min(t.ratio for t in history)) / (1 - OPTIMUM) >= 0.95:
                 return len(history)
@@ -107,3 +106,15 @@ def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
     cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(3)]
     warm = [evaluations_to_95(ModelGuided(seed=s, prior=prior)) for s in range(3)]
     assert statistics.median(warm) < statistics.median(cold)
+
+
+def test_other_targets_count_only_when_their_best_gain_here_too():
+    from compileiq_build.model import _transfers
+
+    prior = [({"CUDA:rul": "3"}, Trial({"CUDA:rul": "3"}, 0.95, True)),
+             ({"CUDA:rul": "1"}, Trial({"CUDA:rul": "1"}, 1.10, False))]
+    here = {"CUDA:rul": "3"}
+    assert _transfers(prior, [(here, Trial(here, 0.97, True))])  # 3% of the 5%: similar
+    assert not _transfers(prior, [(here, Trial(here, 0.996, True))])  # 0.4% of 5%: they differ
+    assert not _transfers(prior, [(here, Trial(here, None, False))])  # invalid here
+    assert _transfers(prior, []) is None  # nothing of theirs measured here yet
