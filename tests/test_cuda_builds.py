@@ -31,7 +31,8 @@ def test_cuda_candidates_compile_ahead_with_digests_and_features(tmp_path, confi
     worker = LocalWorker("cpu", trees[0], trees[1:])
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda t: t.configure("90"), trees))
-    tree_project = worker.configure("90")
+    worker.reset()
+    tree_project = trees[0].project
     assert tree_project.candidate_flags and tree_project.tuning_arch == "90"
     target = tree_project.target("k")
     store = open_store(user)
