@@ -56,9 +56,9 @@ def tune(build: Path, gpus: str, args: argparse.Namespace) -> float:
 def metrics(build: Path, target: str) -> dict[str, float | int]:
     db = sqlite3.connect(build / "compileiq" / "results.sqlite")
     rows = db.execute(
-        "SELECT e.id, e.started, e.finished, e.build_seconds, e.same_as IS NOT NULL OR e.reason LIKE"
-        " 'same machine code%', e.worker, COALESCE((SELECT SUM(s.wall_s) FROM samples s WHERE"
-        " s.evaluation_id = e.id), 0) FROM evaluations e WHERE e.phase = 'search' AND e.target = ?",
+        "SELECT e.id, e.started, e.finished, e.build_seconds, e.same_as IS NOT NULL, e.worker,"
+        " COALESCE((SELECT SUM(s.wall_s) FROM samples s WHERE s.evaluation_id = e.id), 0)"
+        " FROM evaluations e WHERE e.phase = 'search' AND e.target = ?",
         (target,)).fetchall()
     window = max(r[2] for r in rows) - min(r[1] for r in rows)
     build_s = sum(r[3] or 0.0 for r in rows)

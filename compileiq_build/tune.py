@@ -299,17 +299,19 @@ class Tuner:
             self.report.note(f"dropped {r.flag}: {r.reason}")
         return space
 
-    def _trials(self, store: Store, evaluator: Evaluator) -> list[Trial]:
+    @staticmethod
+    def _trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:
+        """A target's measured search history (default: the evaluator's), as strategies see it."""
         return [Trial(o.evaluation.config, o.ratio, o.faster)
-                for o in outcomes(store, evaluator.target.name, evaluator.arch_keys, "search")]
+                for o in outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys,
+                                  "search")]
 
     @staticmethod
     def _prior(evaluator: Evaluator) -> list[Trial]:
         """Search evaluations of the other targets tuned for the same architectures (warm start)."""
-        store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
-        others = {r.target for r in store.evaluations(phase="search") if r.target != name}
-        return [Trial(o.evaluation.config, o.ratio, o.faster) for other in sorted(others)
-                for o in outcomes(store, other, arch, "search")]
+        name = evaluator.target.name
+        others = {r.target for r in evaluator.store.evaluations(phase="search") if r.target != name}
+        return [t for other in sorted(others) for t in Tuner._trials(evaluator, other)]
 
     def _parallel(self) -> int:
         """Candidates compiled at once: --jobs, else a quarter of the cores (at most 8)."""
@@ -333,7 +335,7 @@ class Tuner:
             self.report.note(f"{evaluator.target.name}: the search starts from {len(prior)} evaluations "
                              "of other targets in the store")
         strategy = make_strategy(self.options.strategy, self.options.seed, prior)
-        proposals = Proposals(strategy, space, lambda: self._trials(evaluator.store, evaluator),
+        proposals = Proposals(strategy, space, lambda: self._trials(evaluator),
                               self.options.budget, halt)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,

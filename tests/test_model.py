@@ -3,6 +3,7 @@ nothing is left to gain, and never proposes a measured configuration."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 from compileiq_build.model import ModelGuided
@@ -26,8 +27,13 @@ def landscape(config: dict[str, str]) -> float:
     return r - (0.005 if config["CUDA:vec"] == "on" else 0.0)
 
 
-OPTIMUM = min(landscape(dict(zip([d.key for d in SPACE.dimensions], v, strict=True)))
-              for v in __import__("itertools").product(*(("default", *d.values) for d in SPACE.dimensions)))
+def _all_configs() -> list[dict[str, str]]:
+    keys = [d.key for d in SPACE.dimensions]
+    return [dict(zip(keys, v, strict=True))
+            for v in itertools.product(*(("default", *d.values) for d in SPACE.dimensions))]
+
+
+OPTIMUM = min(landscape(c) for c in _all_configs())
 
 
 def run(strategy, budget: int) -> tuple[float, list[str]]:
@@ -64,12 +70,6 @@ def test_stops_when_no_gain_beyond_noise_is_predicted():
         history.append(Trial(config, 1.0, False))
     assert len(history) < 60
     assert "no untried configuration beats the best so far" in flat.stop_reason
-
-
-def _all_configs():
-    keys = [d.key for d in SPACE.dimensions]
-    return [dict(zip(keys, v, strict=True))
-            for v in __import__("itertools").product(*(("default", *d.values) for d in SPACE.dimensions))]
 
 
 def test_warm_start_tries_what_was_faster_for_other_targets_first():

@@ -21,8 +21,7 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
-from compileiq_build.search import Exhaustive, RandomSearch, Trial, config_key
-from compileiq_build.selection import outcomes
+from compileiq_build.search import Exhaustive, RandomSearch, config_key
 from compileiq_build.space import Dimension, FlagSpace
 from compileiq_build.store import open_store
 from compileiq_build.tune import TuneOptions, Tuner
@@ -58,7 +57,7 @@ def _evaluator(project_dir, configure, workers_slots):
 def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
     evaluator, store = _evaluator(cxx_project, configure, [2, 1])
     strategy = Exhaustive()
-    proposals = Proposals(strategy, SPACE, lambda: _trials(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
     rows = store.evaluations("saxpy", phase="search")
     keys = [r.config_key for r in rows]
@@ -66,15 +65,20 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
     assert {r.worker for r in rows} == {"w0", "w1"}
     assert all(r.status == "measured" for r in rows)
     assert proposals.finished.startswith("strategy exhaustive stops")
-    # The candidate runs of each evaluation came from the slots of the worker it names.
+    # Every evaluation was measured in 2 candidate/baseline pairs (Sampling(2, 2)), except those
+    # whose machine code was measured before: they ran nothing.
+    measured = [r for r in rows if r.same_as is None]
+    assert measured
     for r in rows:
-        assert all(role in ("candidate", "baseline") for _, role, *_ in store.samples(r.id))
+        roles = [role for _, role, *_ in store.samples(r.id)]
+        pairs = 0 if r.same_as is not None else 2
+        assert roles.count("candidate") == roles.count("baseline") == pairs
     store.close()
 
 
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     evaluator, store = _evaluator(cxx_project, configure, [2, 2])
-    proposals = Proposals(RandomSearch(3), SPACE, lambda: _trials(evaluator), budget=3, halt=lambda: "")
+    proposals = Proposals(RandomSearch(3), SPACE, lambda: Tuner._trials(evaluator), budget=3, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 3
     assert proposals.finished == "budget of 3 evaluations reached"
@@ -89,16 +93,11 @@ def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
         calls.append(1)
         return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: _trials(evaluator), budget=100, halt=halt)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=halt)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 1
     assert proposals.finished == "stopped by Ctrl-C"
     store.close()
-
-
-def _trials(evaluator):
-    return [Trial(o.evaluation.config, o.ratio, o.faster)
-            for o in outcomes(evaluator.store, "saxpy", evaluator.arch_keys, "search")]
 
 
 def _gpu(index: int, cc: str) -> Gpu:
