@@ -46,11 +46,14 @@ class Proposals:
                     self._finish(why)
                     break
                 trials = self.trials()
-                if len(trials) + len(self.in_flight) >= self.budget:
+                # A candidate being measured is in the store already: count it once.
+                recorded = {config_key(t.config) for t in trials}
+                pending = [c for c in self.in_flight if config_key(c) not in recorded]
+                if len(trials) + len(pending) >= self.budget:
                     if not self.in_flight:
                         self._finish(f"budget of {self.budget} evaluations reached")
                     return None
-                assumed = trials + [Trial(c, 1.0, False) for c in self.in_flight]
+                assumed = trials + [Trial(c, 1.0, False) for c in pending]
                 config = self.strategy.propose(self.space, assumed)
                 if config is not None:
                     self.in_flight.append(config)

@@ -21,7 +21,7 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
-from compileiq_build.search import Exhaustive, RandomSearch, config_key
+from compileiq_build.search import Exhaustive, RandomSearch, Trial, config_key
 from compileiq_build.space import Dimension, FlagSpace
 from compileiq_build.store import open_store
 from compileiq_build.tune import TuneOptions, Tuner
@@ -83,6 +83,19 @@ def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     assert len(store.evaluations("saxpy", phase="search")) == 3
     assert proposals.finished == "budget of 3 evaluations reached"
     store.close()
+
+
+def test_a_candidate_being_measured_counts_once_against_the_budget():
+    # The store records an evaluation when its measuring begins, while it is still in flight:
+    # counted twice, it kept a second GPU idle at the end of a search.
+    recorded: list[Trial] = []
+    proposals = Proposals(Exhaustive(), SPACE, lambda: list(recorded), budget=3, halt=lambda: "")
+    first, second = proposals.next(may_wait=False), proposals.next(may_wait=False)
+    recorded.append(Trial(first, None, False))
+    third = proposals.next(may_wait=False)
+    assert third is not None
+    assert len({config_key(c) for c in (first, second, third)}) == 3
+    assert proposals.next(may_wait=False) is None  # 1 recorded + 2 in flight: the budget
 
 
 def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
