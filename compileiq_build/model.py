@@ -13,7 +13,8 @@ worth measuring even when its mean prediction is not the best.
 Every other proposal goes to a value of a dimension never measured yet, the best such
 configuration by the bound: the models cannot predict a value they never saw.  Once
 every value was measured, it stops early when even the optimistic bound of every
-untried configuration beats the incumbent by less than the measured noise, and says so.
+untried configuration beats the incumbent by less than the measured noise (the median
+half-width of the measured ratios' intervals), and says so.
 
 Warm start: evaluations of other targets in the store (`prior`) come in twice.  Their best
 faster configurations are the first seeds (up to TRANSFER_SEEDS), as long as those gain
@@ -28,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -75,7 +77,7 @@ class ModelGuided:
         self.seeds = seeds
         self.ensemble = ensemble
         self.kappa = kappa
-        self.noise = noise  # relative: gains predicted below this are not worth measuring
+        self.noise = noise  # relative: gains predicted below this are not worth measuring (until measured)
         self.features = features
         self.stop_reason = ""
 
@@ -162,11 +164,19 @@ class ModelGuided:
         if covering and (len(trials) - self.seeds) % 2 == 0:
             return pool[min(covering, key=lambda i: bound[i])]
         choice = int(np.argmin(bound))
-        if not unseen and bound[choice] > math.log(best) + math.log1p(-self.noise):
+        noise, measured_noise = self._noise(trials)
+        if not unseen and bound[choice] > math.log(best) + math.log1p(-noise):
+            what = "the measured noise" if measured_noise else "the assumed noise"
             self.stop_reason = (f"the model predicts that no untried configuration beats the best so far "
-                                f"({1 / best:.3f}x) by more than the noise ({100 * self.noise:.1f}%)")
+                                f"({1 / best:.3f}x) by more than {what} ({100 * noise:.2f}%)")
             return None
         return pool[choice]
+
+    def _noise(self, trials: Sequence[tuple[Config, Trial]]) -> tuple[float, bool]:
+        """The gain a measurement resolves: the median half-width of the measured intervals, or
+        the assumed `noise` before any (and in replays, which have none); whether measured."""
+        spreads = [t.spread for _, t in trials if t.spread is not None and math.isfinite(t.spread)]
+        return (statistics.median(spreads), True) if spreads else (self.noise, False)
 
     def _ensemble(self, space: FlagSpace, train: list[Config], target: np.ndarray, borrowed: list[bool],
                   pool: list[Config], rng: random.Random) -> np.ndarray:

@@ -33,6 +33,7 @@ class Trial:
     config: Config
     ratio: float | None  # geometric mean over workloads of candidate/baseline cost; None if invalid
     faster: bool  # significantly faster than the baseline on every workload
+    spread: float | None = None  # relative half-width of its ratio's interval: what it could resolve
 
 
 class Strategy(Protocol):

@@ -33,6 +33,14 @@ class Outcome:
         return self.valid and all(e.faster for e in self.estimates.values())
 
     @property
+    def spread(self) -> float | None:
+        """Relative half-width of the interval, averaged over workloads: the measurement's
+        resolution.  None without an interval (invalid, same code as the baseline, one pair)."""
+        if not self.valid or any(e.pairs < 2 for e in self.estimates.values()):
+            return None
+        return sum((e.high - e.low) / (2 * e.ratio) for e in self.estimates.values()) / len(self.estimates)
+
+    @property
     def verdict(self) -> str:
         if not self.valid:
             return "invalid"

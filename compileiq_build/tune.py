@@ -302,7 +302,7 @@ class Tuner:
     @staticmethod
     def _trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:
         """A target's measured search history (default: the evaluator's), as strategies see it."""
-        return [Trial(o.evaluation.config, o.ratio, o.faster)
+        return [Trial(o.evaluation.config, o.ratio, o.faster, o.spread)
                 for o in outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys,
                                   "search")]
 

@@ -72,6 +72,27 @@ def test_stops_when_no_gain_beyond_noise_is_predicted():
     assert "no untried configuration beats the best so far" in flat.stop_reason
 
 
+def _flat_search(spread: float | None) -> tuple[int, str]:
+    """A landscape 0.5% below the baseline everywhere, measured with intervals of +-`spread`."""
+    model = ModelGuided(seed=1)
+    history: list[Trial] = []
+    while len(history) < 80:
+        config = model.propose(SPACE, history)
+        if config is None:
+            break
+        history.append(Trial(config, 0.995, False, spread))
+    return len(history), model.stop_reason
+
+
+def test_the_early_stop_uses_the_measured_noise():
+    coarse, why = _flat_search(0.02)  # measurements resolve 2%: no 0.5% gain can be told apart
+    assert coarse < 80 and "by more than the measured noise (2.00%)" in why
+    fine, why = _flat_search(0.0005)  # they resolve 0.05%: a predicted 0.5% gain is worth measuring
+    assert fine > coarse
+    unmeasured, why = _flat_search(None)  # no intervals (replays): the assumed 0.2%
+    assert unmeasured < fine and "by more than the assumed noise (0.20%)" in why
+
+
 def test_warm_start_tries_what_was_faster_for_other_targets_first():
     prior = [Trial({"CUDA:rul": "3"}, 0.99, True),
              Trial({"CUDA:rul": "8", "CUDA:dlcm": "cg"}, 0.96, True),

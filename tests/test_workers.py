@@ -73,6 +73,10 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
         roles = [role for _, role, *_ in store.samples(r.id)]
         pairs = 0 if r.same_as is not None else 2
         assert roles.count("candidate") == roles.count("baseline") == pairs
+    # What the model-guided search reads as the measured noise: each measured interval's half-width.
+    spreads = {config_key(t.config): t.spread for t in Tuner._trials(evaluator)}
+    for r in measured:
+        assert 0 <= spreads[r.config_key] < 1
     store.close()
 
 
