@@ -88,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
 def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20) -> None:
     p.add_argument("--budget", type=_positive_int, default=budget,
                    help=f"candidate evaluations per target (default {budget})")
-    p.add_argument("--time-limit", type=_duration, help="stop searching after this long (90s, 30m, 2h)")
+    p.add_argument("--time-limit", type=_duration,
+                   help="end the run within this long (90s, 30m, 2h): the search stops early enough "
+                        "to validate its best candidate")
     p.add_argument("--strategy", choices=STRATEGIES, default="model",
                    help="search strategy (default model: LightGBM-guided after a few random seeds)")
     p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",

@@ -221,6 +221,12 @@ class Store:
             (evaluation,)).fetchall()
 
     @_locked
+    def measuring_seconds(self, evaluation: int) -> float:
+        """Wall time of every benchmark run of an evaluation, candidate and baseline."""
+        return self.db.execute("SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE evaluation_id=?",
+                               (evaluation,)).fetchone()[0]
+
+    @_locked
     def values(self, evaluation: int) -> list[tuple[str, str, float]]:
         """(workload, role, value as the benchmark reported it) of the valid samples."""
         return self.db.execute(

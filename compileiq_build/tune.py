@@ -46,7 +46,7 @@ from compileiq_build.workers import LocalWorker, Worker, local_workers
 @dataclass
 class TuneOptions:
     budget: int = 20  # candidate evaluations per target
-    time_limit: float | None = None  # seconds for the whole run
+    time_limit: float | None = None  # seconds for the whole run: the search leaves time to validate
     strategy: str = "model"
     targets: Sequence[str] = ()
     output: Path | None = None
@@ -142,8 +142,22 @@ class Tuner:
             raise Interrupted("stopped; every finished measurement is in the store. "
                               "Run the same command again to resume.")
 
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+    def out_of_time(self, reserve: float = 0.0) -> bool:
+        """Past the deadline, or within `reserve` seconds of it."""
+        return self.deadline is not None and time.monotonic() > self.deadline - reserve
+
+    def _validation_reserve(self, evaluator: Evaluator) -> float:
+        """Seconds the search leaves for validating its best candidate so far, so that the run
+        ends within --time-limit: its build and twice its measuring (validation pairs twice as
+        many runs)."""
+        if self.deadline is None:
+            return 0.0
+        store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
+        best = finalists(outcomes(store, name, arch, "search"), 1)
+        if not best:
+            return 0.0
+        row = best[0].evaluation
+        return (row.build_seconds or 0.0) + 2 * store.measuring_seconds(row.same_as or row.id)
 
     def run(self, command: str) -> TuneResult:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
@@ -328,7 +342,11 @@ class Tuner:
         def halt() -> str:
             if self.interrupt["stop"]:
                 return "stopped by Ctrl-C"
-            return "time limit reached" if self.out_of_time() else ""
+            reserve = self._validation_reserve(evaluator)
+            if not self.out_of_time(reserve):
+                return ""
+            kept = f" ({reserve:.0f} s kept to validate the best candidate)" if reserve >= 1 else ""
+            return f"time limit reached{kept}"
 
         prior = self._prior(evaluator)
         if prior and self.options.strategy == "model":
@@ -356,6 +374,10 @@ class Tuner:
             if row.config_key in validated:
                 continue
             self.check_interrupt()
+            if self.out_of_time():
+                self.report.note(f"{name}: time limit reached before {row.config_key} was validated; "
+                                 "run tune again with more time to validate it")
+                break
             self.report.phase(f"validating {name}: {row.config_key}")
             flags = {k: tuple(v) for k, v in row.flags.items()}
             built = evaluator.build(flags, evaluator.workers[0], 0)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from compileiq_build import cmake_dir, environment
+from compileiq_build.build import BuildTree
+from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.progress import Reporter
+from compileiq_build.project import load_project
+from compileiq_build.store import Store, open_store
+from compileiq_build.workers import LocalWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -85,3 +92,28 @@ def compile_commands(build: Path) -> dict[str, str]:
     """Source file name -> its compile command."""
     entries = json.loads((build / "compile_commands.json").read_text())
     return {Path(e["file"]).name: e["command"] for e in entries}
+
+
+def cxx_evaluator(project_dir: Path, configure: Configure, workers_slots: list[int],
+                  report: Reporter | None = None) -> tuple[Evaluator, Store]:
+    """The C++ fixture configured, with one local worker per entry of `workers_slots` (that many
+    candidate trees each), its baseline built and run: ready to evaluate candidates of `saxpy`."""
+    build = project_dir / "build"
+    configure(project_dir, build)
+    project = load_project(build)
+    work = build / "compileiq" / "work"
+    baseline = BuildTree(project, work / "baseline")
+    workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)])
+               for i, slots in enumerate(workers_slots)]
+    trees = [baseline, *(t for w in workers for t in w.trees)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda t: t.configure(""), trees))
+    for w in workers:
+        w.reset()
+    tree_project = baseline.project
+    store = open_store(build)
+    evaluator = Evaluator(tree_project.target("saxpy"), tree_project.benchmarks_for("saxpy"), workers, store,
+                          store.start_session("test", {}), Sampling(2, 2), jobs=1,
+                          report=report or Reporter(quiet=True))
+    evaluator.prepare_baseline()
+    return evaluator, store

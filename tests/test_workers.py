@@ -10,20 +10,18 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import cxx_evaluator
 
 from compileiq_build.build import BuildTree
 from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError
-from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
 from compileiq_build.search import Exhaustive, RandomSearch, Trial, config_key
 from compileiq_build.space import Dimension, FlagSpace
-from compileiq_build.store import open_store
 from compileiq_build.tune import TuneOptions, Tuner
 from compileiq_build.workers import LocalWorker
 
@@ -31,31 +29,9 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
                    Dimension("CXX", "funroll", ("on",), "-funroll-loops")))
 
 
-def _evaluator(project_dir, configure, workers_slots):
-    build = project_dir / "build"
-    configure(project_dir, build)
-    project = load_project(build)
-    work = build / "compileiq" / "work"
-    baseline = BuildTree(project, work / "baseline")
-    workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)])
-               for i, slots in enumerate(workers_slots)]
-    trees = [baseline, *(t for w in workers for t in w.trees)]
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda t: t.configure(""), trees))
-    for w in workers:
-        w.reset()
-    tree_project = baseline.project
-    store = open_store(build)
-    evaluator = Evaluator(tree_project.target("saxpy"), tree_project.benchmarks_for("saxpy"), workers, store,
-                          store.start_session("test", {}), Sampling(2, 2), jobs=1,
-                          report=Reporter(quiet=True))
-    evaluator.prepare_baseline()
-    return evaluator, store
-
-
 @pytest.mark.parametrize("overlap", [False, True])
 def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
-    evaluator, store = _evaluator(cxx_project, configure, [2, 1])
+    evaluator, store = cxx_evaluator(cxx_project, configure, [2, 1])
     strategy = Exhaustive()
     proposals = Proposals(strategy, SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
@@ -81,7 +57,7 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
 
 
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
-    evaluator, store = _evaluator(cxx_project, configure, [2, 2])
+    evaluator, store = cxx_evaluator(cxx_project, configure, [2, 2])
     proposals = Proposals(RandomSearch(3), SPACE, lambda: Tuner._trials(evaluator), budget=3, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 3
@@ -103,7 +79,7 @@ def test_a_candidate_being_measured_counts_once_against_the_budget():
 
 
 def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
-    evaluator, store = _evaluator(cxx_project, configure, [2])
+    evaluator, store = cxx_evaluator(cxx_project, configure, [2])
     calls = []
 
     def halt() -> str:  # stop once the first candidate was measured

@@ -1,0 +1,66 @@
+"""--time-limit bounds the whole run: the search keeps time to validate its best candidate, and
+a finalist left without time is named, not validated in overtime.
+
+Real cmake, ninja and g++ on the C++ fixture, whose library the project builds at -O0, so
+that -O2 is a finalist.
+"""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import time
+
+import pytest
+from conftest import cxx_evaluator
+from rich.console import Console
+
+from compileiq_build.pipeline import Proposals, run_search
+from compileiq_build.progress import Reporter
+from compileiq_build.search import Exhaustive
+from compileiq_build.selection import NoWinner
+from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.tune import TuneOptions, Tuner
+
+SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
+
+
+def _searched(cxx_project, configure, report=None):
+    """The fixture with -O2 measured in the search, and a Tuner over its build folder."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], report)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._trials(evaluator), budget=1, halt=lambda: "")
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=False)
+    [outcome] = Tuner._trials(evaluator)
+    assert outcome.faster  # -O2 against the project's -O0
+    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=3600), evaluator.report)
+    return evaluator, store, tuner
+
+
+def test_the_search_keeps_time_to_validate_its_best_candidate(cxx_project, configure):
+    evaluator, store, tuner = _searched(cxx_project, configure)
+    db = sqlite3.connect(cxx_project / "build" / "compileiq" / "results.sqlite")
+    build_s, measuring_s = db.execute(
+        "SELECT e.build_seconds, SUM(s.wall_s) FROM evaluations e JOIN samples s ON s.evaluation_id = e.id"
+        " WHERE e.phase = 'search'").fetchone()
+    reserve = tuner._validation_reserve(evaluator)
+    assert reserve == pytest.approx(build_s + 2 * measuring_s) and reserve > 0
+    tuner.deadline = time.monotonic() + reserve / 2  # the deadline is nearer than the reserve
+    assert tuner.out_of_time(reserve) and not tuner.out_of_time()
+    tuner.deadline = None  # no time limit: nothing is kept
+    assert tuner._validation_reserve(evaluator) == 0.0
+    store.close()
+
+
+def test_a_finalist_is_not_validated_past_the_time_limit(cxx_project, configure):
+    out = io.StringIO()
+    evaluator, store, tuner = _searched(cxx_project, configure, Reporter(Console(file=out, width=200)))
+    tuner.deadline = time.monotonic() - 1
+    decision = tuner._validate(evaluator, store, SPACE)
+    assert isinstance(decision, NoWinner)
+    assert store.evaluations("saxpy", phase="validate") == []
+    assert "time limit reached before CXX:O=2 was validated" in out.getvalue()
+    # With time, the same finalist is validated and wins.
+    tuner.deadline = time.monotonic() + 3600
+    assert not isinstance(tuner._validate(evaluator, store, SPACE), NoWinner)
+    assert len(store.evaluations("saxpy", phase="validate")) == 1
+    store.close()
