@@ -13,6 +13,7 @@ same code as `tune`; the peers are Optuna's TPE sampler and NVIDIA's compileiq e
 (`pip install -e '.[bench]'`); a peer that does not install or run says why.
 
     python -m benchmarks.search_replay TABLE.csv --budget 30 --seeds 20 [--json] [--prior OTHER.csv]
+        [--no-features]   # the options alone, as tune fits them
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.peers import PEERS, PeerUnavailable
@@ -76,6 +77,12 @@ def load_table(path: Path) -> Table:
     labels = {d: sorted({r[d] for r in rows}, key=lambda v: (v != DEFAULT, v)) for d in dims}
     baseline = next((i for i, r in enumerate(rows) if all(v == DEFAULT for v in r.values())), 0)
     return Table(labels, rows, times, features, baseline)
+
+
+def without_features(table: Table) -> Table:
+    """The table as `tune` sees it before measuring: the options alone (it knows ptxas' resource
+    report only for the candidates it compiled)."""
+    return replace(table, features=[{} for _ in table.rows])
 
 
 def space_of(table: Table) -> FlagSpace:
@@ -190,10 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", nargs="+", default=[*OURS, *PEERS],
                    choices=[*OURS, *PEERS])
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-features", action="store_true",
+                   help="ignore the feature: columns, as tune does (it fits on the options alone)")
     p.add_argument("--prior", type=Path, metavar="TABLE",
                    help="another target's table over the same dimensions: its rows warm-start the model")
     args = p.parse_args(argv)
     table = load_table(args.table)
+    if args.no_features:
+        table = without_features(table)
     prior = prior_of(load_table(args.prior)) if args.prior else None
     results = replay(table, args.budget, args.seeds, args.strategies, prior)
     if args.json:

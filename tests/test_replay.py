@@ -7,6 +7,7 @@ import itertools
 import json
 
 from benchmarks import search_replay
+from compileiq_build.search import RandomSearch
 
 
 def _table(path, offset: float = 0.0):
@@ -38,3 +39,17 @@ def test_replay_with_a_prior_table_starts_from_its_best(tmp_path, capsys):
                         "--prior", str(prior)])
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == {"fraction_at_budget": 1.0, "evals_to_95": 1}
+
+
+def test_without_features_the_model_sees_the_options_alone(tmp_path):
+    table = search_replay.load_table(_table(tmp_path / "t.csv"))
+    given = []
+
+    def make(seed, features, prior):
+        given.append(features)
+        return RandomSearch(seed)
+
+    search_replay.run_ours(table, make, 2, 0)
+    search_replay.run_ours(search_replay.without_features(table), make, 2, 0)
+    assert given[0]({"T:a": "1", "T:b": "x"}) == {"registers": 32 + 8 * 4}  # the 5th row
+    assert given[1] is None
