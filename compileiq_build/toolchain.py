@@ -63,6 +63,16 @@ def comment(text: object) -> str:
     return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text))
 
 
+# An absolute path in a benchmark's arguments (a data file of the tuning machine's checkout):
+# only its file name goes into the committed file.
+_ABSOLUTE = re.compile(r"(?<![\w.~])/(?:[^\s/\]=,]+/)*([^\s/\]=,]+)")
+
+
+def no_paths(text: object) -> str:
+    """`comment` text with every absolute path shortened to .../<its last name>."""
+    return _ABSOLUTE.sub(r".../\1", comment(text))
+
+
 def variable_name(target_id: str, language: str, arch_key: str) -> str:
     """As CompileIQ.cmake spells it; anything but [A-Za-z0-9_] becomes '_' (MAKE_C_IDENTIFIER)."""
     name = f"COMPILEIQ_FLAGS_{target_id}_{language}_{arch_key}"
@@ -76,6 +86,7 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["bracket"] = bracket
 _ENV.filters["comment"] = comment
+_ENV.filters["no_paths"] = no_paths
 
 
 # A CMake list splits at ';', treats '[' ']' as grouping and a '\' before ';' as an

@@ -63,6 +63,13 @@ def test_output_is_stable_and_sorted():
     assert "1.053x (1.042x .. 1.064x)" in a  # speedup and interval of 0.95 [0.94, 0.96]
 
 
+def test_no_path_of_the_tuning_machine_reaches_the_file():
+    workload = "bude[--deck /work/main/.real/minibude/data/bm1 --out=/tmp/x.csv --n 4/2 rel/data]"
+    text = render([_winner("bude", ("-O2",), workload)], [], PROV)
+    assert "bude[--deck .../bm1 --out=.../x.csv --n 4/2 rel/data]: 1.053x" in text
+    assert "/work" not in text and "/tmp" not in text
+
+
 def test_bracket_level_grows_past_closing_text():
     assert bracket("a") == "[=[a]=]"
     assert bracket("x]=]y") == "[==[x]=]y]==]"
