@@ -253,6 +253,18 @@ endfunction()
 
 # --- everything below runs at the end of the configure step -----------------
 
+# The architecture keys the toolchain file has flags for, for one target and language.
+function(_compileiq_tuned_keys id lang out)
+  get_cmake_property(variables VARIABLES)
+  set(keys "")
+  foreach(v IN LISTS variables)
+    if(v MATCHES "^COMPILEIQ_FLAGS_${id}_${lang}_(.+)$")
+      list(APPEND keys "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  set(${out} "${keys}" PARENT_SCOPE)
+endfunction()
+
 # The CUDA architecture key of a target: sm_<NN> when it builds for exactly
 # one architecture, "portable" otherwise.
 function(_compileiq_cuda_arch_key tgt out_key out_archs)
@@ -626,6 +638,21 @@ function(_compileiq_finalize)
           _compileiq_add_flags("${tgt}" "${lang}" "${applied}")
           list(JOIN applied " " shown)
           message(STATUS "CompileIQ: ${tgt} (${lang}, ${key}) uses tuned flags: ${shown}")
+        else()
+          _compileiq_tuned_keys("${id}" "${lang}" tuned_for)
+          if(tuned_for)
+            set(builds_for "${key}")
+            if(key STREQUAL "portable")
+              list(JOIN archs ", " builds_for)
+              set(builds_for "several architectures (${builds_for})")
+            endif()
+            list(JOIN tuned_for ", " tuned_for)
+            message(WARNING
+              "CompileIQ: ${tgt} (${lang}) builds for ${builds_for}, but the toolchain file has flags "
+              "for it only for ${tuned_for}, so it keeps the project's flags. Build ${tgt} for one of "
+              "those, or tune on each architecture it builds for and merge the stores: "
+              "python -m compileiq_build emit --merge STORE...")
+          endif()
         endif()
       endif()
       _compileiq_json_strings(a ${applied})

@@ -62,6 +62,16 @@ def test_target_built_for_another_architecture_is_tuned_as_real_code_and_flagged
     assert jit_warning(target, "75") == ""
 
 
+def test_a_build_for_an_architecture_the_toolchain_file_lacks_says_so(patterns, configure, nvcc):
+    toolchain = patterns / "tc.cmake"
+    toolchain.write_text("set(COMPILEIQ_FLAGS_k_CUDA_sm_90 [=[--maxrregcount=64]=])\n")
+    proc = configure(patterns / "target_arch_other", patterns / "release", f"-DCMAKE_CUDA_COMPILER={nvcc}",
+                     f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    assert "k (CUDA) builds for sm_75, but the toolchain file has flags for it only for sm_90" in (
+        " ".join(proc.stderr.split()))
+    assert "--maxrregcount=64" not in _compile_of(_commands(configure, patterns / "release", "bench"), "k.cu")
+
+
 def test_arch_in_cuda_flags_with_cmp0104_old(patterns, configure, nvcc):
     user = patterns / "user"
     configure(patterns / "arch_in_flags", user, f"-DCMAKE_CUDA_COMPILER={nvcc}")
