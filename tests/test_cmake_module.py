@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import compile_commands
 
 from compileiq_build.project import load_manifest
+from compileiq_build.selection import Winner, WorkloadGain
+from compileiq_build.stats import RatioEstimate
+from compileiq_build.toolchain import Provenance, render
 
 
 def test_manifest_lists_targets_benchmarks_and_compilers(cxx_project, configure):
@@ -83,6 +89,22 @@ def test_tuned_flags_reach_only_the_named_target(cxx_project, configure):
         assert "-O1" not in commands["saxpy.cpp"]
     for other in ("untouched.cpp", "bench_saxpy.cpp"):
         assert "-O2" not in commands[other] and "-O1" not in commands[other]
+
+
+def test_the_generated_toolchain_file_finds_the_module_by_itself(cxx_project, configure):
+    # As the file's own comment says to build: no -DCompileIQ_ROOT; the python3 on PATH knows.
+    gain = WorkloadGain("saxpy[]", RatioEstimate(0.5, 0.4, 0.6, 5))
+    text = render([Winner("saxpy", {"CXX": "portable"}, "CXX:O=2", {"CXX": ("-O2",)}, (gain,), 3)], [],
+                  Provenance("2026-11-30", "CPU", "none", (), "staged"))
+    toolchain = cxx_project / "compileiq-toolchain.cmake"
+    toolchain.write_text(text)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    build = cxx_project / "release"
+    proc = subprocess.run([configure.cmake, "-S", str(cxx_project), "-B", str(build), "-G", "Ninja",
+                           f"-DCMAKE_MAKE_PROGRAM={configure.ninja}", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r"CompileIQ: saxpy \(CXX, \S+\) uses tuned flags: -O2$", proc.stdout, re.M)
 
 
 CASES = {
