@@ -275,6 +275,11 @@ def load_project(build_dir: Path) -> Project:
             f"Configure it: cmake -S <source> -B {build_dir} -G Ninja"
         )
     manifest = build_dir / MANIFEST
+    if not manifest.is_file() and any(build_dir.glob("compileiq/manifest-*.json")):
+        raise CompileIQError(
+            f"{build_dir} uses a multi-config generator (one manifest per configuration); "
+            "compileiq_build builds candidates with Ninja. Configure a build folder with -G Ninja "
+            "and -DCMAKE_BUILD_TYPE=Release.")
     if not manifest.is_file():
         raise CompileIQError(
             f"{build_dir} was configured without CompileIQ ({MANIFEST} is missing). Add "

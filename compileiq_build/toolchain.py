@@ -129,6 +129,20 @@ def write(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        raise CompileIQError(
-            f"cannot write the toolchain file {path}: {exc.strerror or exc}. "
-            "Choose a writable place with --output PATH.") from None
+        raise _unwritable(path, exc) from None
+
+
+def check_writable(path: Path) -> None:
+    """Before hours of tuning: the toolchain file can be written there (nothing is left behind)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe")
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+
+
+def _unwritable(path: Path, exc: OSError) -> CompileIQError:
+    return CompileIQError(f"cannot write the toolchain file {path}: {exc.strerror or exc}. "
+                          "Choose a writable place with --output PATH.")

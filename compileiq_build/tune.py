@@ -39,7 +39,7 @@ from compileiq_build.selection import (
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
 from compileiq_build.store import STORE, Store, open_store
-from compileiq_build.toolchain import DEFAULT_NAME, Provenance, provenance, render, write
+from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
 from compileiq_build.workers import LocalWorker, Worker, local_workers
 
 
@@ -163,6 +163,7 @@ class Tuner:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
         for t in targets:
             _check_benchmarks(self.project.benchmarks_for(t.name))
+        check_writable(self._output())
         lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
         try:
             lock.acquire(timeout=0)
@@ -243,10 +244,13 @@ class Tuner:
                 self.report.note(f"{target.name}: {decision.reason}; it keeps the project's flags")
         for worker in workers:
             worker.reset()
-        output = self.options.output or (self.project.source_dir / DEFAULT_NAME)
+        output = self._output()
         write(output, render(result.winners, result.losers, self._provenance()))
         result.toolchain = output
         return result
+
+    def _output(self) -> Path:
+        return self.options.output or (self.project.source_dir / DEFAULT_NAME)
 
     def _measuring_gpus(self) -> list[Gpu]:
         """--gpus, else every GPU of the first one's architecture that CUDA_VISIBLE_DEVICES

@@ -76,9 +76,11 @@ def test_unwritable_output(cxx_project, configure, tmp_path):
     configure(cxx_project, cxx_project / "build")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _fails_with(_cli("tune", str(cxx_project / "build"), "--budget", "1", "--repeats", "2",
-                     "--output", str(blocker / "sub" / "tc.cmake")),
-                "cannot write the toolchain file")
+    proc = _cli("tune", str(cxx_project / "build"), "--budget", "1", "--repeats", "2",
+                "--output", str(blocker / "sub" / "tc.cmake"))
+    _fails_with(proc, "cannot write the toolchain file")
+    # Said before tuning, not after it: nothing was measured.
+    assert not (cxx_project / "build" / "compileiq" / "results.sqlite").exists()
 
 
 def test_fresh_needs_confirmation_without_a_terminal(cxx_project, configure):

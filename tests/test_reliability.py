@@ -149,6 +149,18 @@ def test_other_generators_are_refused(cxx_project, cmake):
     assert "uses the 'Unix Makefiles' generator" in proc.stderr and "-G Ninja" in proc.stderr
 
 
+def test_multi_config_ninja_is_refused_with_what_to_do(cxx_project, cmake, ninja):
+    from compileiq_build import cmake_dir
+
+    build = cxx_project / "multi"
+    subprocess.run([cmake, "-S", str(cxx_project), "-B", str(build), "-G", "Ninja Multi-Config",
+                    f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCompileIQ_ROOT={cmake_dir()}"],
+                   check=True, capture_output=True)
+    proc = subprocess.run([*TUNE, str(build)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "uses a multi-config generator" in proc.stderr and "-G Ninja" in proc.stderr
+
+
 def test_no_tuned_targets(tmp_path, configure):
     src = tmp_path / "src"
     src.mkdir()
