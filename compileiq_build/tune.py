@@ -105,6 +105,22 @@ def _check_benchmarks(benches: Sequence[Benchmark]) -> None:
                     "executable target of the project in COMMAND, or a program that is installed.")
 
 
+def _numerics_checks(target: str, benches: Sequence[Benchmark]) -> list[str]:
+    """With --allow-numerics-change, what guards each benchmark against wrong results."""
+    warnings = []
+    for b in benches:
+        if not (b.checksum or b.output_file):
+            warnings.append(
+                f"benchmark '{b.name}' of {target} registers no CHECKSUM or OUTPUT_FILE: with "
+                "--allow-numerics-change only its exit code guards against wrong results. Register "
+                "one with TOLERANCE.")
+        elif b.tolerance is None:
+            warnings.append(
+                f"benchmark '{b.name}' of {target} has no TOLERANCE: candidates that change numerics "
+                "must match the baseline exactly, so most of them will be invalid.")
+    return warnings
+
+
 @contextmanager
 def _stop_on_ctrl_c(report: Reporter) -> Iterator[dict[str, bool]]:
     """First Ctrl-C: finish the evaluation in flight, then stop.  Second: stop at once."""
@@ -163,6 +179,9 @@ class Tuner:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
         for t in targets:
             _check_benchmarks(self.project.benchmarks_for(t.name))
+            if self.options.allow_numerics_change:
+                for warning in _numerics_checks(t.name, self.project.benchmarks_for(t.name)):
+                    self.report.note(f"warning: {warning}")
         check_writable(self._output())
         lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
         try:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from compileiq_build import environment
+from compileiq_build.project import load_project
+from compileiq_build.tune import _numerics_checks
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -81,6 +84,18 @@ def test_unwritable_output(cxx_project, configure, tmp_path):
     _fails_with(proc, "cannot write the toolchain file")
     # Said before tuning, not after it: nothing was measured.
     assert not (cxx_project / "build" / "compileiq" / "results.sqlite").exists()
+
+
+def test_numerics_changes_without_a_check_are_warned_about(cxx_project, configure):
+    configure(cxx_project, cxx_project / "build")
+    proc = _cli("tune", str(cxx_project / "build"), "--budget", "1", "--repeats", "2", "--strategy", "staged",
+                "--allow-numerics-change")
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: benchmark 'saxpy' of saxpy registers no CHECKSUM or OUTPUT_FILE: with "
+            "--allow-numerics-change only its exit code guards") in " ".join(proc.stderr.split())
+    [bench] = load_project(cxx_project / "build").benchmarks_for("saxpy")
+    assert "has no TOLERANCE" in _numerics_checks("saxpy", [replace(bench, checksum="sum: (.*)")])[0]
+    assert _numerics_checks("saxpy", [replace(bench, checksum="sum: (.*)", tolerance=1e-3)]) == []
 
 
 def test_fresh_needs_confirmation_without_a_terminal(cxx_project, configure):
