@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from compileiq_build.build import BuildResult
 from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import slowdowns
-from compileiq_build.measure import Run, compare_evidence
+from compileiq_build.measure import Run, coarse_values, compare_evidence
 from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
@@ -138,6 +138,8 @@ class Evaluator:
                     f"benchmark '{bench.workload}': its checksum or output file differs between runs "
                     "with the project's own flags, so it cannot check candidates. Make its output "
                     "deterministic (fixed seeds), or drop CHECKSUM/OUTPUT_FILE.")
+            for warning in coarse_values(runs[0][1]):
+                self.report.note(f"warning: {warning}")
             self.evidence[bench.workload] = reference
             self.baseline_wall[bench.workload] = statistics.median(r.samples[0].wall_s for _, r in runs)
             resolved.append(bench)

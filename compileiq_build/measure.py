@@ -15,6 +15,7 @@ from typing import Any
 from compileiq_build import process
 from compileiq_build.gpu import GpuMonitor
 from compileiq_build.parsers import (
+    COARSE,
     ParseError,
     Reading,
     detect_format,
@@ -22,6 +23,7 @@ from compileiq_build.parsers import (
     parse_gbench,
     parse_nvbench,
     parse_regex,
+    resolution,
 )
 from compileiq_build.project import Benchmark
 
@@ -39,6 +41,7 @@ class Sample:
     exit_code: int | None
     error: str  # empty when the run is valid
     gpu: dict[str, Any] = field(default_factory=dict)  # state during the run
+    printed: str = ""  # the value as the benchmark printed it (text outputs), not stored
 
     @property
     def ok(self) -> bool:
@@ -155,8 +158,22 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[s
         except (ParseError, OSError) as exc:
             return failed(f"{exc}; output ends: {_tail(proc.stdout)[-300:]}", wall, 0, state)
     samples = [Sample(f"{bench.workload}/{r.entry}" if r.entry else bench.workload, r.value,
-                      cost_of(bench, r.value), wall, 0, "", state) for r in readings]
+                      cost_of(bench, r.value), wall, 0, "", state, r.printed) for r in readings]
     return Run(samples, evidence)
+
+
+def coarse_values(run: Run) -> list[str]:
+    """Warnings for values printed with too few digits to show a gain of a fraction of a
+    percent (a time printed as '0.00019' s moves in steps of 5%)."""
+    warnings = []
+    for sample in run.samples:
+        step = resolution(sample.printed) if sample.printed else None
+        if step is not None and step > COARSE:
+            warnings.append(
+                f"benchmark '{sample.workload}' prints its value as {sample.printed!r}, a resolution of "
+                f"{100 * step:.2g}%: smaller differences cannot show. Print more digits, or register a "
+                "value printed with more (a rate, with HIGHER_IS_BETTER).")
+    return warnings
 
 
 def resolve_format(bench: Benchmark, executable: Path, timeout: float,

@@ -14,6 +14,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from compileiq_build.project import UNIT_SECONDS, Benchmark
@@ -37,6 +38,23 @@ class ParseError(ValueError):
 class Reading:
     entry: str  # "" when the benchmark reports a single value
     value: float  # seconds for times; the printed number for rates
+    printed: str = ""  # the number as printed, where the output is text (REGEX, CSV)
+
+
+# A value printed with fewer digits than this (relative) hides the gains tuning looks for.
+COARSE = 0.001
+
+
+def resolution(printed: str) -> float | None:
+    """The relative step of a printed number: '0.00019' -> 1e-5 / 1.9e-4, about 5%."""
+    try:
+        number = Decimal(printed.strip())
+    except InvalidOperation:
+        return None
+    if not number.is_finite() or number == 0:
+        return None
+    exponent = number.as_tuple().exponent
+    return float(Decimal(10) ** exponent / abs(number)) if isinstance(exponent, int) else None
 
 
 def _positive(number: float, text: object) -> float:
@@ -68,7 +86,7 @@ def parse_regex(bench: Benchmark, stdout: str) -> list[Reading]:
         raise ParseError(f"REGEX {bench.regex!r} matched nothing in the output")
     text = matches[-1].group(1)  # the last report: earlier ones may be warm-ups
     number = _positive(_float(text, "REGEX captured"), text)
-    return [Reading("", _scale(bench, number))]
+    return [Reading("", _scale(bench, number), text)]
 
 
 def parse_csv(bench: Benchmark, stdout: str) -> list[Reading]:
@@ -95,7 +113,7 @@ def parse_csv(bench: Benchmark, stdout: str) -> list[Reading]:
         text = row[col].strip()
         number = _positive(_float(text, f"CSV column {bench.column!r}"), text)
         name = "" if len(body) == 1 else (row[0].strip() if col != 0 else str(i)) or str(i)
-        readings.append(Reading(name, _scale(bench, number)))
+        readings.append(Reading(name, _scale(bench, number), text))
     if len({r.entry for r in readings}) != len(readings):
         raise ParseError("CSV rows do not have distinct names in their first column")
     return readings

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compileiq_build.measure import resolve_format, run_workload
+from compileiq_build.measure import coarse_values, resolve_format, run_workload
 from compileiq_build.parsers import (
     ParseError,
     detect_format,
@@ -19,6 +19,7 @@ from compileiq_build.parsers import (
     parse_gbench,
     parse_nvbench,
     parse_regex,
+    resolution,
 )
 from compileiq_build.project import Benchmark
 
@@ -166,3 +167,24 @@ def test_regex_on_real_sample_benchmark_outputs():
     (rate,) = parse_regex(bench(format="regex", regex=r"^gbps: ([0-9.eE+-]+)$", higher_is_better=True),
                           (DATA / "sample_bench_blur.txt").read_text())
     assert rate.value == pytest.approx(19.4899)  # ^ and $ match per line
+
+
+def test_printed_resolution():
+    assert resolution("0.00019") == pytest.approx(1e-5 / 1.9e-4)
+    assert resolution("4172961.043") == pytest.approx(1e-3 / 4172961.043)
+    assert resolution("1.5e-3") == pytest.approx(0.1 / 1.5)
+    assert resolution("nan") is None and resolution("0") is None and resolution("x") is None
+
+
+def test_a_value_printed_with_too_few_digits_is_warned_about(tmp_path):
+    # As BabelStream prints Triad's time: "%.5f" seconds of a 0.2 ms kernel.
+    exe = tmp_path / "coarse"
+    exe.write_text(f"#!{sys.executable}\nprint('Triad 4172961.043 0.00019')\n")
+    exe.chmod(0o755)
+    time = run_workload(bench(format="regex", regex=r"Triad +\S+ +([0-9.]+)"), exe, timeout=60)
+    assert time.ok and time.samples[0].printed == "0.00019"
+    [warning] = coarse_values(time)
+    assert "prints its value as '0.00019', a resolution of 5.3%" in warning
+    rate_bench = bench(format="regex", regex=r"Triad +([0-9.]+)", higher_is_better=True)
+    rate = run_workload(rate_bench, exe, timeout=60)
+    assert rate.ok and coarse_values(rate) == []
