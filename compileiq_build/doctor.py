@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from compileiq_build import __version__, cmake_dir, environment
@@ -17,18 +16,6 @@ _FIXES = {
     "nvdisasm": "python -m pip install nvidia-cuda-nvdisasm (machine-code dedup of CUDA candidates)",
 }
 _OPTIONAL = ("nvcc", "cuobjdump", "nvdisasm")
-
-
-def _version(tool: str | None) -> str:
-    if not tool:
-        return ""
-    try:
-        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    nvidia = Path(tool).name in ("nvcc", "cuobjdump", "nvdisasm")  # their last line is the build
-    return lines[-1] if nvidia and lines else (lines[0] if lines else "")
 
 
 def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
@@ -57,7 +44,7 @@ def doctor(build_dir: Path | None = None) -> tuple[str, bool]:
     ok = True
     for name in ("cmake", "ninja", "nvcc", "c++", "cuobjdump", "nvdisasm"):
         path = environment.find_tool(name)
-        version = _version(path)
+        version = environment.tool_version(path)
         if version:
             lines.append(f"{name:6} {version} ({path})")
         else:

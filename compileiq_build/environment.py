@@ -115,3 +115,16 @@ def find_tool(name: str) -> str | None:
             if found := shutil.which(name, path=os.path.join(root, "bin")):
                 return found
     return path
+
+
+def tool_version(tool: str | None) -> str:
+    """The line of `tool --version` that names its version ('' when it does not run)."""
+    if not tool:
+        return ""
+    try:
+        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    nvidia = Path(tool).name in ("nvcc", "cuobjdump", "nvdisasm")  # their last line is the build
+    return lines[-1] if nvidia and lines else (lines[0] if lines else "")

@@ -203,7 +203,7 @@ def show_space(languages: Sequence[str], allow_numerics_change: bool) -> str:
     for lang, tool in (("CUDA", "nvcc"), ("CXX", "c++")):
         path = environment.find_tool(tool)
         if lang in languages and path:
-            compilers[lang] = (path, path)  # probe verdicts cached per compiler path
+            compilers[lang] = (path, environment.tool_version(path))  # verdicts cached per compiler
     missing = [lang for lang in languages if lang not in compilers]
     cache = Path.home() / ".cache" / "compileiq_build"
     space = build_space([lang for lang in languages if lang in compilers], compilers,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from compileiq_build.environment import find_tool
+import os
+import subprocess
+import sys
+
+from compileiq_build.environment import find_tool, tool_version
 from compileiq_build.space import Prober, build_space
 
 
@@ -41,3 +45,14 @@ def test_cuda_space_matches_the_installed_nvcc(tmp_path, nvcc):
     assert {"dlcm", "maxrregcount", "ptxas-O"} <= set(dims)
     assert all(not d.numerics for d in space.dimensions)
     assert "-O3" not in " ".join(d.template for d in space.dimensions)  # nvcc -O is host-only
+
+
+def test_space_command_caches_per_compiler_version(tmp_path):
+    # The same compiler path after an in-place upgrade is another compiler: a fresh probe.
+    cxx = find_tool("c++")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "space", "--language", "CXX"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    expected = Prober(tmp_path / ".cache" / "compileiq_build")._cache_file("CXX", cxx, tool_version(cxx))
+    assert [p.name for p in expected.parent.glob("probe-CXX-*.json")] == [expected.name]
