@@ -188,6 +188,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from compileiq_build.demo import demo
         from compileiq_build.progress import Reporter
 
+        if args.workdir:
+            _confirm_fresh(args, (args.workdir / "build").resolve())
         _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
     elif args.verb == "report":
         from compileiq_build.report import export, html, report, table

@@ -98,11 +98,17 @@ def test_numerics_changes_without_a_check_are_warned_about(cxx_project, configur
     assert _numerics_checks("saxpy", [replace(bench, checksum="sum: (.*)", tolerance=1e-3)]) == []
 
 
-def test_fresh_needs_confirmation_without_a_terminal(cxx_project, configure):
+def test_fresh_needs_confirmation_without_a_terminal(cxx_project, configure, tmp_path):
     build = cxx_project / "build"
     configure(cxx_project, build)
     (build / "compileiq" / "results.sqlite").write_bytes(b"")
     _fails_with(_cli("tune", str(build), "--fresh"), "add --yes to confirm")
+    # The demo's store too, when its folder is reused.
+    store = tmp_path / "demo" / "build" / "compileiq" / "results.sqlite"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"kept")
+    _fails_with(_cli("demo", "--workdir", str(tmp_path / "demo"), "--fresh"), "add --yes to confirm")
+    assert store.read_bytes() == b"kept"
 
 
 @pytest.mark.skipif(bool(environment.detect_gpus()), reason="a GPU is present")
