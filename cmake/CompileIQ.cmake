@@ -72,6 +72,9 @@ Variables read:
   architecture) and the host processor (``x86_64``) for CXX.  The portable set
   is used otherwise.
 
+``COMPILEIQ_TOOLCHAIN_FORMAT`` (set by the toolchain file)
+  The file's format; a newer format than this module reads stops the configure.
+
 ``COMPILEIQ_CANDIDATE_FLAGS`` (set by the driver in its own build trees)
   Read each tuned target's flags from ``<build>/compileiq/candidate/<target>.<LANG>.opts``,
   so that candidates change without re-configuring.  Tuned flags from a
@@ -93,6 +96,13 @@ endif()
 
 set(COMPILEIQ_VERSION "0.1.0")
 set(_COMPILEIQ_MANIFEST_SCHEMA 1)
+set(_COMPILEIQ_TOOLCHAIN_FORMAT 1)
+if(COMPILEIQ_TOOLCHAIN_FORMAT GREATER _COMPILEIQ_TOOLCHAIN_FORMAT)
+  message(FATAL_ERROR
+    "CompileIQ: the toolchain file is in format ${COMPILEIQ_TOOLCHAIN_FORMAT}, written by a newer "
+    "compileiq_build; this CompileIQ ${COMPILEIQ_VERSION} reads format ${_COMPILEIQ_TOOLCHAIN_FORMAT}. "
+    "Upgrade it (python -m pip install -U compileiq-build), or configure without the toolchain file.")
+endif()
 set(_COMPILEIQ_LANGUAGES CUDA CXX)
 set(_COMPILEIQ_FORMATS auto nvbench gbench csv regex time)
 set(_COMPILEIQ_UNITS s ms us ns)

@@ -107,6 +107,16 @@ def test_the_generated_toolchain_file_finds_the_module_by_itself(cxx_project, co
     assert re.search(r"CompileIQ: saxpy \(CXX, \S+\) uses tuned flags: -O2$", proc.stdout, re.M)
 
 
+def test_a_toolchain_file_of_a_newer_format_is_refused(cxx_project, configure):
+    toolchain = cxx_project / "tc.cmake"
+    toolchain.write_text("set(COMPILEIQ_TOOLCHAIN_FORMAT 2)\n"
+                         "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O2]=])\n")
+    proc = configure(cxx_project, cxx_project / "b", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}", check=False)
+    assert proc.returncode != 0
+    message = " ".join(proc.stderr.split())
+    assert "the toolchain file is in format 2, written by a newer compileiq_build" in message
+
+
 CASES = {
     "unknown_target": ("compileiq_tune(nosuch LANGUAGES CXX)",
                        r"'nosuch' is not a target\. Call compileiq_tune\(\) after"),
