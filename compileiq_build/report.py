@@ -13,7 +13,7 @@ from compileiq_build.project import load_project
 from compileiq_build.selection import NoWinner, Winner, decide, outcomes, pairs, portable_set
 from compileiq_build.space import DEFAULT, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
-from compileiq_build.store import STORE, Store, open_store
+from compileiq_build.store import STORE, Store, read_store
 from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
 
 
@@ -22,7 +22,7 @@ def _open(build_dir: Path) -> Store:
     if not (build_dir / STORE).is_file():
         raise CompileIQError(f"no results in {build_dir} yet ({STORE} is missing). "
                              f"Run: python -m compileiq_build tune {build_dir}")
-    return open_store(build_dir)
+    return read_store(build_dir / STORE)
 
 
 def decisions(store: Store) -> list[Winner | NoWinner]:
@@ -170,7 +170,7 @@ def emit(build_dir: Path, output: Path | None, merge: Sequence[Path] = ()) -> Pa
             if not path.is_file():
                 raise CompileIQError(f"no results store at {path}. Name a results.sqlite that "
                                      "`tune` wrote (it lies in <build>/compileiq/).")
-            stores.append(Store(path))
+            stores.append(read_store(path))
         envs, dates, strategies = [], [], set()
         found: dict[tuple[str, str], Winner | NoWinner] = {}
         for store, path in zip(stores, paths, strict=True):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -107,9 +109,10 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, shown: Path | None = None) -> None:
         self.path = path
         self._lock = threading.RLock()
+        self._snapshot: Path | None = None  # a folder to remove on close (read_store)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -127,16 +130,18 @@ class Store:
                     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA),))
             elif row[0] != str(SCHEMA):
                 raise CompileIQError(
-                    f"{path} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
+                    f"{shown or path} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
                     "Use the compileiq_build version that wrote it, or move the file away.")
         except sqlite3.DatabaseError as exc:
             raise CompileIQError(
-                f"the results store {path} is damaged ({exc}). It was left untouched: move it "
+                f"the results store {shown or path} is damaged ({exc}). It was left untouched: move it "
                 "away (it may still be read with sqlite3) and run tune again.") from None
 
     @_locked
     def close(self) -> None:
         self.db.close()
+        if self._snapshot:
+            shutil.rmtree(self._snapshot, ignore_errors=True)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -257,3 +262,33 @@ class Store:
 
 def open_store(build_dir: Path) -> Store:
     return Store(build_dir / STORE)
+
+
+def read_store(path: Path) -> Store:
+    """A consistent snapshot of a store, for reading: `report` and `emit --merge` leave the file
+    as it is (no migration of an older schema, no WAL files beside a committed store), even
+    while a tune writes to it."""
+    folder = Path(tempfile.mkdtemp(prefix="compileiq-store-"))
+    try:
+        # A store no tune has open has no -wal file beside it: read it as immutable, which
+        # creates no -wal/-shm files next to it either.
+        live = path.with_name(path.name + "-wal").exists()
+        source = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}",
+                                 uri=True)
+        try:
+            copy = sqlite3.connect(folder / path.name)
+            source.backup(copy)
+            copy.close()
+        finally:
+            source.close()
+    except sqlite3.DatabaseError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise CompileIQError(f"the results store {path} cannot be read ({exc}). Name a results.sqlite "
+                             "that `tune` wrote.") from None
+    try:
+        store = Store(folder / path.name, shown=path)
+    except CompileIQError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    store._snapshot = folder
+    return store

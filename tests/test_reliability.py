@@ -17,7 +17,8 @@ import pytest
 from conftest import FIXTURES
 
 from compileiq_build.measure import Sample
-from compileiq_build.store import STORE, Store
+from compileiq_build.report import decisions
+from compileiq_build.store import STORE, Store, read_store
 
 TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]
 
@@ -279,3 +280,16 @@ def test_a_hanging_compile_is_stopped_and_recorded(cxx_project, configure, tmp_p
     assert status == "build_failed" and "build timed out after 5 s" in reason
     leftover = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""  # the whole process group was killed
+
+
+def test_report_reads_a_store_of_an_older_schema_without_changing_it(tmp_path):
+    # The H200 demo's store, committed at schema 1: reading it must not migrate the file.
+    store = tmp_path / "results.sqlite"
+    shutil.copy(Path(__file__).resolve().parent.parent / "benchmarks/results/h200-demo/results.sqlite", store)
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    snapshot = read_store(store)
+    assert {d.target for d in decisions(snapshot)} == {"gemm_kernels", "nbody_kernels", "stencil_kernels"}
+    snapshot.close()
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["results.sqlite"]  # no -wal, no -shm
+    assert not snapshot.path.exists()  # the snapshot is gone with it
