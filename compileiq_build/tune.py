@@ -158,9 +158,18 @@ class Tuner:
             raise Interrupted("stopped; every finished measurement is in the store. "
                               "Run the same command again to resume.")
 
-    def out_of_time(self, reserve: float = 0.0) -> bool:
-        """Past the deadline, or within `reserve` seconds of it."""
-        return self.deadline is not None and time.monotonic() > self.deadline - reserve
+    def out_of_time(self, reserve: float = 0.0, deadline: float | None = None) -> bool:
+        """Past the deadline (the run's, unless another is given), or within `reserve` seconds of it."""
+        end = self.deadline if deadline is None else deadline
+        return end is not None and time.monotonic() > end - reserve
+
+    def _share_of_time(self, targets_left: int) -> float | None:
+        """The deadline of the next target's search: an equal share of the time left, so that the
+        first target cannot take the time of those after it (what it leaves goes to the next)."""
+        if self.deadline is None:
+            return None
+        now = time.monotonic()
+        return now + max(0.0, self.deadline - now) / targets_left
 
     def _validation_reserve(self, evaluator: Evaluator) -> float:
         """Seconds the search leaves for validating its best candidate so far, so that the run
@@ -235,7 +244,7 @@ class Tuner:
             if arch and "CUDA" in target.languages and (warning := jit_warning(target, arch)):
                 self.report.note(f"warning: {warning}")
         result = TuneResult()
-        for target in targets:
+        for i, target in enumerate(targets):
             # CPU benchmarks on several workers at once would disturb each other: one for them.
             active = workers if "CUDA" in target.languages else workers[:1]
             evaluator = Evaluator(
@@ -249,7 +258,7 @@ class Tuner:
             space = self._space(target, tree_project, arch)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                              f"{space.size} configurations; strategy {self.options.strategy}")
-            self._search(evaluator, space)
+            self._search(evaluator, space, len(targets) - i)
             if evaluator.dedup_hits:
                 self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
                                  "of one measured before and reused its measurement")
@@ -361,14 +370,18 @@ class Tuner:
         """Ninja's parallelism in each candidate tree: the cores shared among the trees."""
         return None if parallel == 1 else max(1, (os.cpu_count() or 1) // parallel)
 
-    def _search(self, evaluator: Evaluator, space: FlagSpace) -> None:
+    def _search(self, evaluator: Evaluator, space: FlagSpace, targets_left: int) -> None:
+        until = self._share_of_time(targets_left)
+
         def halt() -> str:
             if self.interrupt["stop"]:
                 return "stopped by Ctrl-C"
             reserve = self._validation_reserve(evaluator)
-            if not self.out_of_time(reserve):
+            if not self.out_of_time(reserve, until):
                 return ""
             kept = f" ({reserve:.0f} s kept to validate the best candidate)" if reserve >= 1 else ""
+            if targets_left > 1:
+                return f"its share of the time limit is used ({targets_left} targets were left){kept}"
             return f"time limit reached{kept}"
 
         prior = self._prior(evaluator)

@@ -64,3 +64,15 @@ def test_a_finalist_is_not_validated_past_the_time_limit(cxx_project, configure)
     assert not isinstance(tuner._validate(evaluator, store, SPACE), NoWinner)
     assert len(store.evaluations("saxpy", phase="validate")) == 1
     store.close()
+
+
+def test_each_target_searches_in_its_share_of_the_time_left(cxx_project, configure):
+    configure(cxx_project, cxx_project / "build")
+    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=100), Reporter(quiet=True))
+    left = tuner.deadline - time.monotonic()
+    assert tuner._share_of_time(4) - time.monotonic() == pytest.approx(left / 4, abs=1)
+    assert tuner._share_of_time(1) == pytest.approx(tuner.deadline)
+    tuner.deadline = time.monotonic() - 5  # past it: no share, not a negative one
+    assert tuner._share_of_time(3) == pytest.approx(time.monotonic(), abs=1)
+    assert Tuner(cxx_project / "build", TuneOptions(), Reporter(quiet=True))._share_of_time(2) is None
+
