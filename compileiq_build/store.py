@@ -109,10 +109,12 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class Store:
-    def __init__(self, path: Path, shown: Path | None = None) -> None:
+    def __init__(self, path: Path, snapshot_of: Path | None = None) -> None:
         self.path = path
         self._lock = threading.RLock()
-        self._snapshot: Path | None = None  # a folder to remove on close (read_store)
+        # A snapshot (read_store) lies alone in a temporary folder, removed on close.
+        self.snapshot_of = snapshot_of
+        shown = snapshot_of or path
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -130,18 +132,18 @@ class Store:
                     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA),))
             elif row[0] != str(SCHEMA):
                 raise CompileIQError(
-                    f"{shown or path} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
+                    f"{shown} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
                     "Use the compileiq_build version that wrote it, or move the file away.")
         except sqlite3.DatabaseError as exc:
             raise CompileIQError(
-                f"the results store {shown or path} is damaged ({exc}). It was left untouched: move it "
+                f"the results store {shown} is damaged ({exc}). It was left untouched: move it "
                 "away (it may still be read with sqlite3) and run tune again.") from None
 
     @_locked
     def close(self) -> None:
         self.db.close()
-        if self._snapshot:
-            shutil.rmtree(self._snapshot, ignore_errors=True)
+        if self.snapshot_of:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -286,9 +288,7 @@ def read_store(path: Path) -> Store:
         raise CompileIQError(f"the results store {path} cannot be read ({exc}). Name a results.sqlite "
                              "that `tune` wrote.") from None
     try:
-        store = Store(folder / path.name, shown=path)
+        return Store(folder / path.name, snapshot_of=path)
     except CompileIQError:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    store._snapshot = folder
-    return store

@@ -80,10 +80,7 @@ def test_a_candidate_being_measured_counts_once_against_the_budget():
 
 def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2])
-    calls = []
-
     def halt() -> str:  # stop once the first candidate was measured
-        calls.append(1)
         return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
 
     proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=halt)
