@@ -64,6 +64,7 @@ def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
     for target in HOST_TARGETS:
         assert target in text  # each is either a winner or listed as kept
     assert "tuning the CXX targets host_matmul, host_blur, host_particles" in proc.stderr
+    assert "strategy staged" in proc.stdout + proc.stderr  # 2 candidates: no room for the model's seeds
 
 
 @pytest.mark.gpu
