@@ -139,4 +139,3 @@ def test_other_targets_count_only_when_their_best_gain_here_too():
     assert not _transfers(prior, [(here, Trial(here, 0.996, True))])  # 0.4% of 5%: they differ
     assert not _transfers(prior, [(here, Trial(here, None, False))])  # invalid here
     assert _transfers(prior, []) is None  # nothing of theirs measured here yet
-
