@@ -8,10 +8,10 @@ The baseline is the row whose dimensions are all `default` (else the first row).
 For each strategy and seed it replays a search of `--budget` evaluations and reports,
 as the median over seeds, the fraction of the optimum's gain reached
 ((t_baseline - t_best_found) / (t_baseline - t_optimum)) and the evaluations needed to
-reach 95% of it, and how many seeds ended short of 95% (the tail a median hides).
-Our strategies (exhaustive, random, staged, model) run through the
-same code as `tune`; the peers are Optuna's TPE sampler and NVIDIA's compileiq engine
-(`pip install -e '.[bench]'`); a peer that does not install or run says why.
+reach 95% of it, and how many seeds ended short of 95% (the tail a median hides).  Our
+strategies (exhaustive, random, staged, model) run through the same code as `tune`; the
+peers are Optuna's TPE sampler and NVIDIA's compileiq engine (`pip install -e '.[bench]'`);
+a peer that does not install or run says why.
 
     python -m benchmarks.search_replay TABLE.csv --budget 30 --seeds 20 [--json] [--prior OTHER.csv]
         [--no-features]   # the options alone, as tune fits them

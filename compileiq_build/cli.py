@@ -81,8 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", type=Path,
                    help="folder for the copy of sample_project and its builds (default: a new "
                    "temporary folder)")
-    # Six candidates leave no room for the model after its 8 random seeds: on the H200 its
-    # uniform draws over 9 options were all slower, where staged's single changes found gemm's gain.
+    # Six candidates leave no room for the model after its 8 random seeds: on the H200 none of its
+    # uniform draws over 9 options was faster, where staged's single changes found gemm's gain.
     _tune_arguments(d, budget=6, strategy="staged")
     return p
 
