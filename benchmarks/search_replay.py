@@ -1,38 +1,55 @@
 """Replay search strategies against a recorded table, as if measuring.
 
-TABLE.csv holds one row per configuration of a space: every column other than `time`
-is a dimension whose values are opaque labels, except columns named `feature:<name>`,
-numeric features known before measuring; `time` is the measured time (lower is better).
-The baseline is the row whose dimensions are all `default` (else the first row).
+TABLE.csv holds one row per configuration: every column other than `time`, `code` and
+`feature:<name>` is a dimension whose values are opaque labels; `time` is the measured time
+(lower is better); the optional `code` column labels each row's machine code (rows of one
+label are one point, known to be alike before measuring, as after compiling); `feature:` columns
+are numeric features known before measuring.  The baseline is the row whose dimensions are all
+`default` (else the first row).
 
-For each strategy and seed it replays a search of `--budget` evaluations and reports,
-as the median over seeds, the fraction of the optimum's gain reached
-((t_baseline - t_best_found) / (t_baseline - t_optimum)) and the evaluations needed to
-reach 95% of it, and how many seeds ended short of 95% (the tail a median hides).  Our
-strategies (exhaustive, random, staged, model) run through the same code as `tune`; the
-peers are Optuna's TPE sampler and NVIDIA's compileiq engine (`pip install -e '.[bench]'`);
-a peer that does not install or run says why.
+A table may hold a whole space or a sample of it.  Its rows are the pool: our strategies choose
+among them (a closed context), and a peer's configuration outside the table is answered by the
+nearest row (fewest options changed, ties broken by the seed).  Evaluations count distinct codes
+measured, for every strategy and peer alike: a row of a code measured before is answered free.
 
-    python -m benchmarks.search_replay TABLE.csv --budget 30 --seeds 20 [--json] [--prior OTHER.csv]
-        [--no-features]   # the options alone, as tune fits them
+For each strategy and seed it replays a search of `--budget` evaluations and reports, as the
+median over seeds, the fraction of the optimum's gain reached ((t_baseline - t_best_found) /
+(t_baseline - t_optimum)), the evaluations needed to reach 95% of it, and how many seeds ended
+short of 95% (the tail a median hides).  Our strategies run through the same code as `tune`;
+the peers (benchmarks/peers.py, `pip install -e '.[bench]'`) are Optuna's TPE, NVIDIA's
+compileiq engine, SMAC3 and Kernel Tuner; a peer that does not install or run says why.
+
+    python -m benchmarks.search_replay TABLE.csv --budget 20 --seeds 20 [--json] [--prior OTHER.csv]
+        [--no-features]   # the options alone
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
+import random
 import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.peers import PEERS, PeerUnavailable
-from compileiq_build.model import ModelGuided
-from compileiq_build.search import Exhaustive, RandomSearch, Staged, Trial
+from benchmarks.peers import PEERS, BudgetSpent, PeerUnavailable
 from compileiq_build.space import DEFAULT, Dimension, FlagSpace
+from compileiq_build.strategies import (
+    Candidate,
+    Context,
+    Exhaustive,
+    Proposal,
+    RandomSearch,
+    Staged,
+    Strategy,
+    Trial,
+)
+from compileiq_build.strategies.model import ModelGuided
 
 LANGUAGE = "T"  # dimension keys are "T:<column>"
 
@@ -43,6 +60,7 @@ class Table:
     rows: list[dict[str, str]]
     times: list[float]
     features: list[dict[str, float]]
+    codes: list[str]  # a label per row: the table's `code` column, else one per row
     baseline: int
 
     def index(self, config: dict[str, str]) -> int | None:
@@ -57,6 +75,14 @@ class Table:
             object.__setattr__(self, "_cache", cached)
         return cached
 
+    def nearest(self, config: dict[str, str], rng: random.Random) -> int:
+        """The row of `config`, else the row with the fewest options changed (ties at random)."""
+        if (i := self.index(config)) is not None:
+            return i
+        distance = [sum(r[d] != config.get(d, DEFAULT) for d in self.dims) for r in self.rows]
+        low = min(distance)
+        return rng.choice([i for i, d in enumerate(distance) if d == low])
+
     @property
     def optimum(self) -> float:
         return min(self.times)
@@ -68,27 +94,31 @@ def load_table(path: Path) -> Table:
         columns = reader.fieldnames or []
         if "time" not in columns:
             raise SystemExit(f"{path}: no 'time' column")
-        dims = [c for c in columns if c != "time" and not c.startswith("feature:")]
+        dims = [c for c in columns if c not in ("time", "code") and not c.startswith("feature:")]
         feats = [c for c in columns if c.startswith("feature:")]
-        rows, times, features = [], [], []
-        for r in reader:
+        rows, times, features, codes = [], [], [], []
+        for n, r in enumerate(reader):
             rows.append({d: r[d] for d in dims})
             times.append(float(r["time"]))
             features.append({f.removeprefix("feature:"): float(r[f]) for f in feats if r[f] != ""})
+            codes.append(r["code"] if "code" in columns and r["code"] else f"row{n}")
     labels = {d: sorted({r[d] for r in rows}, key=lambda v: (v != DEFAULT, v)) for d in dims}
     baseline = next((i for i, r in enumerate(rows) if all(v == DEFAULT for v in r.values())), 0)
-    return Table(labels, rows, times, features, baseline)
+    return Table(labels, rows, times, features, codes, baseline)
 
 
 def without_features(table: Table) -> Table:
-    """The table as `tune` sees it before measuring: the options alone (it knows ptxas' resource
-    report only for the candidates it compiled)."""
+    """The table with the options alone (no compile-time features)."""
     return replace(table, features=[{} for _ in table.rows])
 
 
 def space_of(table: Table) -> FlagSpace:
     return FlagSpace(tuple(Dimension(LANGUAGE, d, tuple(v for v in labels if v != DEFAULT), "{v}")
                            for d, labels in table.dims.items()))
+
+
+def _keyed(row: dict[str, str]) -> dict[str, str]:
+    return {f"{LANGUAGE}:{d}": v for d, v in row.items()}
 
 
 def _plain(config: dict[str, str]) -> dict[str, str]:
@@ -98,46 +128,63 @@ def _plain(config: dict[str, str]) -> dict[str, str]:
 def prior_of(table: Table) -> list[Trial]:
     """Every row of another target's table as a measured evaluation (warm start)."""
     base = table.times[table.baseline]
-    trials = []
-    for row, t in zip(table.rows, table.times, strict=True):
-        config = {f"{LANGUAGE}:{d}": v for d, v in row.items()}
-        trials.append(Trial(config, t / base, t / base < 1.0))
-    return trials
+    return [Trial(_keyed(row), t / base, t / base < 1.0)
+            for row, t in zip(table.rows, table.times, strict=True)]
 
 
-def run_ours(table: Table, make, budget: int, seed: int, prior: list[Trial] | None = None) -> list[float]:
-    """Times measured, in order, by one of our strategies (configs missing from the table
-    count as failed evaluations, as a failed build would)."""
+class Measurements:
+    """The replay's bench: times by row, a code measured once, the budget counted in codes."""
+
+    def __init__(self, table: Table, budget: int) -> None:
+        self.table = table
+        self.budget = budget
+        self.by_code: dict[str, float] = {table.codes[table.baseline]: table.times[table.baseline]}
+        self.measured: list[float] = []  # a time per evaluation, in order
+
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.measured)
+
+    def measure(self, row: int) -> float:
+        code = self.table.codes[row]
+        if code not in self.by_code:
+            if self.left <= 0:
+                raise BudgetSpent
+            self.by_code[code] = self.table.times[row]
+            self.measured.append(self.table.times[row])
+        return self.by_code[code]
+
+
+def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget: int, seed: int,
+             prior: list[Trial] | None = None) -> list[float]:
+    """Times measured, in order, by one of our strategies choosing among the table's rows."""
     space = space_of(table)
-    features = (lambda c: table.features[i] if (i := table.index(_plain(c))) is not None else {}) \
-        if any(table.features) else None
-    strategy = make(seed, features, prior or [])
+    known = [Candidate(_keyed(r), c, f)
+             for r, c, f in zip(table.rows, table.codes, table.features, strict=True)]
+    strategy = make(seed, prior or [])
+    bench = Measurements(table, budget)
     base = table.times[table.baseline]
     history: list[Trial] = []
-    measured: list[float] = []
-    while len(history) < budget:
-        config = strategy.propose(space, history)
-        if config is None:
+    while bench.left > 0:
+        context = Context(space, history, known, closed=True, budget=budget,
+                          baseline_code=table.codes[table.baseline])
+        proposal = strategy.propose(context)
+        if not isinstance(proposal, Proposal):
             break
-        i = table.index(_plain(config))
-        t = table.times[i] if i is not None else math.inf
-        measured.append(t)
-        ratio = t / base if math.isfinite(t) else None
-        history.append(Trial(config, ratio, ratio is not None and ratio < 1.0))
-    return measured
+        row = table.index(_plain(proposal.config))
+        if row is None:
+            raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
+        ratio = bench.measure(row) / base
+        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=table.codes[row]))
+    return bench.measured
 
 
 def run_peer(table: Table, peer, budget: int, seed: int) -> list[float]:
-    measured: list[float] = []
-
-    def evaluate(config: dict[str, str]) -> float:
-        i = table.index(config)
-        t = table.times[i] if i is not None else math.inf
-        measured.append(t)
-        return t
-
-    peer(table.dims, evaluate, budget, seed)
-    return measured
+    bench = Measurements(table, budget)
+    rng = random.Random(f"nearest:{seed}")
+    with contextlib.suppress(BudgetSpent):
+        peer(table.dims, lambda config: bench.measure(table.nearest(config, rng)), budget, seed)
+    return bench.measured
 
 
 def _fraction(table: Table, measured: list[float]) -> float:
@@ -154,11 +201,11 @@ def _evals_to(table: Table, measured: list[float], level: float) -> int | None:
     return None
 
 
-OURS: dict[str, Callable] = {
-    "exhaustive": lambda seed, features, prior: Exhaustive(),
-    "random": lambda seed, features, prior: RandomSearch(seed),
-    "staged": lambda seed, features, prior: Staged(),
-    "model": lambda seed, features, prior: ModelGuided(seed, features=features, prior=prior),
+OURS: dict[str, Callable[[int, list[Trial]], Strategy]] = {
+    "exhaustive": lambda seed, prior: Exhaustive(),
+    "random": lambda seed, prior: RandomSearch(seed),
+    "staged": lambda seed, prior: Staged(),
+    "model": lambda seed, prior: ModelGuided(seed, prior=prior),
 }
 
 
@@ -199,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                    choices=[*OURS, *PEERS])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-features", action="store_true",
-                   help="ignore the feature: columns, as tune does (it fits on the options alone)")
+                   help="ignore the feature: columns: the options (and codes) alone")
     p.add_argument("--prior", type=Path, metavar="TABLE",
                    help="another target's table over the same dimensions: its rows warm-start the model")
     args = p.parse_args(argv)

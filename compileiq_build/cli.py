@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compileiq_build import __version__, cmake_dir
 from compileiq_build.errors import CompileIQError
-from compileiq_build.search import STRATEGIES
+from compileiq_build.strategies import STRATEGIES
 
 
 def _positive_int(text: str) -> int:
@@ -89,12 +89,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str = "model") -> None:
     p.add_argument("--budget", type=_positive_int, default=budget,
-                   help=f"candidate evaluations per target (default {budget})")
+                   help=f"evaluations per target: distinct machine codes measured; a candidate whose "
+                   f"code was measured before costs a compile only (default {budget})")
+    p.add_argument("--max-candidates", type=_positive_int, metavar="N",
+                   help="candidates compiled per target, at most (default 10 times the budget)")
     p.add_argument("--time-limit", type=_duration,
                    help="end the run within this long (90s, 30m, 2h): the search stops early enough "
                         "to validate its best candidate")
     p.add_argument("--strategy", choices=STRATEGIES, default=strategy,
-                   help=f"search strategy (default {strategy}; model: LightGBM-guided after 8 random seeds)")
+                   help=f"search strategy (default {strategy}; model: one-option moves, their combination, "
+                   "then a model of the measurements; survey: every one-option move, then a uniform "
+                   "sample, to map a space)")
     p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
                    help="tune only these targets")
     p.add_argument("--dimensions", nargs="+", default=[], metavar="NAME",
@@ -142,7 +147,8 @@ def _tune_options(args: argparse.Namespace):
     from compileiq_build.tune import TuneOptions
 
     return TuneOptions(
-        budget=args.budget, time_limit=args.time_limit, strategy=args.strategy,
+        budget=args.budget, max_candidates=args.max_candidates, time_limit=args.time_limit,
+        strategy=args.strategy,
         targets=args.targets, output=args.output.resolve() if args.output else None,
         jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,

@@ -22,8 +22,8 @@ from compileiq_build.measure import Run, coarse_values, compare_evidence
 from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
-from compileiq_build.search import config_key
 from compileiq_build.selection import SAME_AS_BASELINE, Outcome, summarize
+from compileiq_build.space import config_key
 from compileiq_build.stats import ratio_estimate
 from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
 from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker

@@ -4,9 +4,9 @@ Each worker keeps its slots compiling the next proposals while its GPU measures 
 candidate at a time; workers on several GPUs measure at the same time.  For CPU targets
 a worker compiles a batch, then measures it: compilers would disturb CPU benchmarks.
 
-Proposals are made one at a time under a lock, each as if the candidates still in
-flight had measured neutral (the "constant liar"), so strategies stay stateless and a
-resumed run continues where it stopped.
+Proposals are made one at a time under a lock; the candidates still in flight reach the
+strategy as pending trials (with their machine code once compiled), so strategies stay
+stateless and a resumed run continues where it stopped.
 """
 
 from __future__ import annotations
@@ -18,58 +18,83 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from compileiq_build.evaluate import Built, Evaluator
 from compileiq_build.progress import Reporter
-from compileiq_build.search import Config, Strategy, Trial, config_key
-from compileiq_build.space import FlagSpace
+from compileiq_build.space import Config, FlagSpace, config_key
+from compileiq_build.strategies import Candidate, Context, Proposal, Strategy, Trial
 from compileiq_build.workers import Worker
+
+# Candidates compiled per evaluation of the budget, at most: most flag combinations compile to
+# machine code already measured, and those cost no GPU time.
+CANDIDATES_PER_EVALUATION = 10
 
 
 class Proposals:
-    """Hands the next configuration to whichever worker has a free slot."""
+    """Hands the next configuration to whichever worker has a free slot.
 
-    def __init__(self, strategy: Strategy, space: FlagSpace, trials: Callable[[], list[Trial]],
-                 budget: int, halt: Callable[[], str]) -> None:
+    The budget counts evaluations: distinct machine codes measured.  A candidate whose code was
+    measured before (or is the baseline's) costs a compile and no GPU time; the search also ends
+    after `max_candidates` compiles, so that a strategy whose proposals keep compiling to known
+    code cannot go on forever."""
+
+    def __init__(self, strategy: Strategy, space: FlagSpace,
+                 history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
+                 halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None) -> None:
         self.strategy = strategy
         self.space = space
-        self.trials = trials  # the measured history, from the store
+        self.history = history  # the search so far, from the store: trials, and the compiled candidates
         self.budget = budget
+        self.max_candidates = max_candidates or CANDIDATES_PER_EVALUATION * budget
         self.halt = halt  # why to stop now (interrupted, out of time), or ""
-        self.in_flight: list[Config] = []
+        self.baseline_code = baseline_code
+        self.in_flight: dict[str, tuple[Config, str]] = {}  # key -> (config, code once compiled)
         self.finished = ""  # why the search ended, once it has
         self._cond = threading.Condition()
 
-    def next(self, may_wait: bool) -> Config | None:
-        """The next configuration, or None.  A caller with nothing in flight may wait for
-        other workers' results when the strategy needs them to propose more."""
+    def context(self) -> Context:
+        trials, known = self.history()
+        recorded = {config_key(t.config) for t in trials}
+        pending = [Trial(c, None, False, code=code, pending=True)
+                   for key, (c, code) in self.in_flight.items() if key not in recorded]
+        return Context(self.space, [*trials, *pending], known, budget=self.budget,
+                       baseline_code=self.baseline_code)
+
+    def next(self, may_wait: bool) -> Proposal | None:
+        """The next proposal, or None.  A caller with nothing in flight may wait for other
+        workers' results when the strategy needs them to propose more."""
         with self._cond:
             while not self.finished:
                 if why := self.halt():
                     self._finish(why)
                     break
-                trials = self.trials()
+                context = self.context()
                 # A candidate being measured is in the store already: count it once.
-                recorded = {config_key(t.config) for t in trials}
-                pending = [c for c in self.in_flight if config_key(c) not in recorded]
-                if len(trials) + len(pending) >= self.budget:
+                if context.spent >= self.budget or len(context.history) >= self.max_candidates:
                     if not self.in_flight:
-                        self._finish(f"budget of {self.budget} evaluations reached")
+                        self._finish(f"budget of {self.budget} evaluations reached"
+                                     if context.spent >= self.budget
+                                     else f"{self.max_candidates} candidates compiled")
                     return None
-                assumed = trials + [Trial(c, 1.0, False) for c in pending]
-                config = self.strategy.propose(self.space, assumed)
-                if config is not None:
-                    self.in_flight.append(config)
-                    return config
+                result = self.strategy.propose(context)
+                if isinstance(result, Proposal):
+                    self.in_flight[config_key(result.config)] = (result.config, "")
+                    return result
                 if not self.in_flight:
-                    why = getattr(self.strategy, "stop_reason", "") or "nothing more to try"
-                    self._finish(f"strategy {self.strategy.name} stops: {why}")
+                    self._finish(f"strategy {self.strategy.name} stops: {result.reason}")
                     break
                 if not may_wait:
                     return None
                 self._cond.wait()
             return None
 
+    def compiled(self, config: Config, code: str) -> None:
+        """A candidate in flight was compiled: its code is known before it is measured."""
+        with self._cond:
+            key = config_key(config)
+            if key in self.in_flight:
+                self.in_flight[key] = (config, code)
+
     def done(self, config: Config) -> None:
         with self._cond:
-            self.in_flight.remove(config)
+            self.in_flight.pop(config_key(config), None)
             self._cond.notify_all()
 
     def abort(self, why: str) -> None:
@@ -89,17 +114,22 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     space, strategy = proposals.space, proposals.strategy
     name = evaluator.target.name
 
+    def compile_one(config: Config, worker: Worker, slot: int) -> Built:
+        built = evaluator.build(space.flags(config), worker, slot)
+        proposals.compiled(config, built.compiled.digest)
+        return built
+
     def work(worker: Worker) -> None:
-        pending: deque[tuple[Config, Future[Built]]] = deque()
+        pending: deque[tuple[Proposal, Future[Built]]] = deque()
         free = list(range(worker.slots))
         with ThreadPoolExecutor(worker.slots, thread_name_prefix=f"compile-{worker.name}") as compiles:
             while True:
                 if overlap or not pending:
                     started = 0
-                    while free and (config := proposals.next(may_wait=not pending)) is not None:
+                    while free and (proposal := proposals.next(may_wait=not pending)) is not None:
                         slot = free.pop(0)
-                        pending.append((config, compiles.submit(evaluator.build, space.flags(config),
-                                                                worker, slot)))
+                        built = compiles.submit(compile_one, proposal.config, worker, slot)
+                        pending.append((proposal, built))
                         started += 1
                     if started > 1:
                         where = f" for {worker.name}" if len(workers) > 1 else ""
@@ -108,15 +138,16 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     return
                 if not overlap:
                     wait([future for _, future in pending])
-                config, future = pending.popleft()
+                proposal, future = pending.popleft()
+                config = proposal.config
                 try:
                     if proposals.finished or proposals.halt():
                         continue  # stopping: compiled but not measured, nothing is recorded
                     built = future.result()
-                    report.evaluating(name, len(proposals.trials()), config_key(config))
+                    report.evaluating(name, proposals.context().spent, config_key(config))
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config))
-                    report.outcome(name, outcome)
+                    report.outcome(name, outcome, proposal.phase)
                     free.append(built.compiled.slot)
                 finally:
                     proposals.done(config)

@@ -106,19 +106,23 @@ class Reporter:
             if self.live:
                 self.live.update(self._panel())
 
-    def outcome(self, target: str, outcome: Outcome) -> None:
+    def outcome(self, target: str, outcome: Outcome, phase: str = "") -> None:
+        """`phase`: the part of the strategy that proposed it.  A candidate of machine code measured
+        before costs no evaluation."""
         key = outcome.evaluation.config_key
         with self._lock:
             state = self.targets.setdefault(target, _TargetState(1))
-            state.done += 1
-            state.finished.append(time.monotonic())
+            if outcome.evaluation.same_as is None:
+                state.done += 1
+                state.finished.append(time.monotonic())
             state.measuring.pop(key, None)
             if not outcome.valid:
                 state.failed += 1
             elif outcome.faster and outcome.ratio:
                 state.best = max(state.best, 1 / outcome.ratio)
+            proposed = f"{phase}: " if phase else ""
             line = (f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
-                    f"{state.failed} failed, ETA {self.eta()}] {key}: {describe(outcome)}")
+                    f"{state.failed} failed, ETA {self.eta()}] {proposed}{key}: {describe(outcome)}")
         self._print(line)
 
     # -- display ------------------------------------------------------------

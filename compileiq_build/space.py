@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT = "default"
+BASELINE = "baseline"  # the key of the all-default configuration: the project's own flags
+Config = dict[str, str]  # dimension key -> value
 _SAFE_FLAG = re.compile(r"^[A-Za-z0-9_\-=+.,:/]+$")
 # ptxas and gcc accept some bad values with only a warning; such a flag is dropped too.
 _REJECTION = re.compile(r"unknown|unrecognized|invalid|ignored|not supported|out of valid range", re.I)
@@ -85,6 +87,12 @@ def _cxx_dimensions() -> list[Dimension]:
     ]
 
 
+def config_key(config: Mapping[str, str]) -> str:
+    """Canonical text of a configuration: its non-default settings, sorted."""
+    parts = sorted(f"{k}={v}" for k, v in config.items() if v != DEFAULT)
+    return " ".join(parts) if parts else BASELINE
+
+
 @dataclass(frozen=True)
 class Rejected:
     dimension: str
@@ -108,8 +116,14 @@ class FlagSpace:
             n *= len(dim.values) + 1
         return n
 
-    def default_config(self) -> dict[str, str]:
+    def default_config(self) -> Config:
         return {dim.key: DEFAULT for dim in self.dimensions}
+
+    def full_config(self, partial: Mapping[str, str]) -> Config:
+        """A stored (or partial) configuration with every dimension set; keys of other spaces dropped."""
+        config = self.default_config()
+        config.update({k: v for k, v in partial.items() if k in config})
+        return config
 
     def changes_numerics(self, config: Mapping[str, str]) -> bool:
         """Whether a configuration sets any numerics-changing option."""

@@ -28,7 +28,6 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
-from compileiq_build.search import Trial, make_strategy
 from compileiq_build.selection import (
     FINALISTS,
     NoWinner,
@@ -39,13 +38,15 @@ from compileiq_build.selection import (
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
 from compileiq_build.store import STORE, Store, open_store
+from compileiq_build.strategies import Candidate, Trial, make_strategy
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
 from compileiq_build.workers import LocalWorker, Worker, local_workers
 
 
 @dataclass
 class TuneOptions:
-    budget: int = 20  # candidate evaluations per target
+    budget: int = 20  # evaluations (distinct machine codes measured) per target
+    max_candidates: int | None = None  # candidates compiled per target, at most; default 10x the budget
     time_limit: float | None = None  # seconds for the whole run: the search leaves time to validate
     strategy: str = "model"
     targets: Sequence[str] = ()
@@ -348,9 +349,17 @@ class Tuner:
     @staticmethod
     def _trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:
         """A target's measured search history (default: the evaluator's), as strategies see it."""
-        return [Trial(o.evaluation.config, o.ratio, o.faster, o.spread)
+        return [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest)
                 for o in outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys,
                                   "search")]
+
+    @staticmethod
+    def _history(evaluator: Evaluator) -> tuple[list[Trial], list[Candidate]]:
+        """The search so far: its trials, and every compiled candidate with its code and
+        compile-time features (the model fits on those, measured or not)."""
+        rows = evaluator.store.evaluations(evaluator.target.name, evaluator.arch_keys, "search")
+        known = [Candidate(r.config, r.digest, r.features or {}) for r in rows if r.digest]
+        return Tuner._trials(evaluator), known
 
     @staticmethod
     def _prior(evaluator: Evaluator) -> list[Trial]:
@@ -389,8 +398,8 @@ class Tuner:
             self.report.note(f"{evaluator.target.name}: the search starts from {len(prior)} evaluations "
                              "of other targets in the store")
         strategy = make_strategy(self.options.strategy, self.options.seed, prior)
-        proposals = Proposals(strategy, space, lambda: self._trials(evaluator),
-                              self.options.budget, halt)
+        proposals = Proposals(strategy, space, lambda: self._history(evaluator), self.options.budget, halt,
+                              evaluator.baseline_digest, self.options.max_candidates)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,
                    overlap="CUDA" in evaluator.target.languages)

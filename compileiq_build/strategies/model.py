@@ -1,0 +1,310 @@
+"""The default strategy: informative seeds, then a model of the measured landscape.
+
+Each proposal names its phase, for the log:
+
+- **transfer** (warm start): the best faster configurations of other targets in the store
+  (up to TRANSFER_SEEDS), as long as they gain here at least half of what they gained there.
+- **screen**: one-option moves away from the project's flags, in passes over the dimensions in
+  stage order (common to exotic), each pass taking every dimension's next value; a dimension's
+  values come extremes first (0 and 10 before 4).  A move whose machine code was measured is
+  known without measuring.  Screening spends at most SCREEN_SHARE of the budget: what it leaves
+  unmeasured, the model ranks.
+- **combine**: the configuration the model predicts best (no exploration bonus): the moves that
+  helped, combined.  COMBINE such proposals at most.
+- **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
+  deviations).
+
+The model of log(cost ratio) has two parts.  Additive effects of every option value (Bayesian
+ridge regression on one-hot values: a value never measured keeps its prior spread, so the
+bound explores it where it could pay) and a bagged ensemble of small LightGBM models fitted to
+what the effects miss (interactions), over the options and the compile-time features of each
+configuration's code (registers, spills, instruction mix), where known.  Configurations whose
+code was measured enter the fit with that code's ratio: the classes of identical code are data.
+Candidates of one code are one choice.
+
+It stops when even the optimistic bound of every untried configuration beats the best so far by
+less than the measured noise (the median half-width of the measured ratios' intervals); before
+that it measures, along every dimension, one configuration that changes only that dimension of
+the incumbent (the trees may have missed an interaction).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
+from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
+
+# Cost ratio assumed for a configuration that failed to build or run, and the clip of measured
+# ones: -maxrregcount=32 on a GEMM is 28 times slower, which is simply bad; left unclipped it
+# would dominate the squared loss.
+INVALID_RATIO = 2.0
+POOL = 4000
+SCREEN_SHARE = 0.5
+COMBINE = 2
+# Prior spread of one option value's effect on log(cost ratio): a few percent.
+EFFECT_PRIOR = 0.05
+# Evaluations of other targets (warm start) count this much in the fit.
+PRIOR_WEIGHT = 0.5
+TRANSFER_SEEDS = 4
+MIN_ROWS_FOR_TREES = 8
+
+
+def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
+    """Whether the other targets' faster configurations measured here gained here at least half
+    of what they gained there (log ratios, on average); None before one was measured here."""
+    there = {config_key(c): math.log(t.ratio) for c, t in prior if t.faster and t.ratio}
+    pairs = [(math.log(t.ratio) if t.ratio else math.log(INVALID_RATIO), there[config_key(c)])
+             for c, t in trials if config_key(c) in there]
+    if not pairs:
+        return None
+    return sum(h for h, _ in pairs) <= 0.5 * sum(t for _, t in pairs)
+
+
+def _fits(space: FlagSpace, config: Mapping[str, str]) -> bool:
+    """A configuration measured for another target that this space can express."""
+    values = {d.key: (DEFAULT, *d.values) for d in space.dimensions}
+    return all(k in values and v in values[k] for k, v in config.items())
+
+
+def spread_order(dim: Dimension) -> list[str]:
+    """A dimension's values, extremes first, then each time the value farthest from those taken
+    (numeric values), or as listed."""
+    try:
+        numbers = [float(v) for v in dim.values]
+    except ValueError:
+        return list(dim.values)
+    order = [int(np.argmin(numbers)), int(np.argmax(numbers))] if len(numbers) > 1 else [0]
+    while len(order) < len(numbers):
+        gaps = [min(abs(x - numbers[j]) for j in order) if i not in order else -1.0
+                for i, x in enumerate(numbers)]
+        order.append(int(np.argmax(gaps)))
+    return [dim.values[i] for i in dict.fromkeys(order)]
+
+
+def screening_moves(space: FlagSpace) -> list[Config]:
+    """One-option moves in passes over the dimensions (stage order), each taking the next value."""
+    orders = [spread_order(d) for d in space.dimensions]
+    moves = []
+    for step in range(max((len(o) for o in orders), default=0)):
+        for dim, order in zip(space.dimensions, orders, strict=True):
+            if step < len(order):
+                moves.append({**space.default_config(), dim.key: order[step]})
+    return moves
+
+
+def _changed(config: Config, base: Config) -> list[str]:
+    return [k for k, v in config.items() if base.get(k) != v]
+
+
+class ModelGuided:
+    name = "model"
+
+    def __init__(self, seed: int = 0, ensemble: int = 8, kappa: float = 1.0, noise: float = 0.002,
+                 prior: Sequence[Trial] = ()) -> None:
+        self.seed = seed
+        self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
+        self.ensemble = ensemble
+        self.kappa = kappa
+        self.noise = noise  # relative: gains predicted below this are not worth measuring
+
+    # -- the strategy ---------------------------------------------------------------
+    def propose(self, context: Context) -> Proposal | Stop:
+        space = context.space
+        rng = random.Random(f"{self.seed}:{len(context.history)}")
+        measured = context.measured
+        prior = [(space.full_config(t.config), t) for t in self.prior if _fits(space, t.config)]
+        if (transfer := self._transfer(context, prior)) is not None:
+            return Proposal(transfer, "transfer")
+        if (move := self._screen(context)) is not None:
+            return Proposal(move, "screen")
+        pool = self._pool(context, rng)
+        if not pool:
+            return Stop("every configuration of the space was measured")
+        if not _transfers(prior, measured):
+            prior = []
+        mean, std = self._predict(context, prior, pool, rng)
+        best = min([1.0, *(t.ratio for _, t in measured if t.ratio is not None)])
+        combined = sum(len(_changed(c, space.default_config())) > 1 for c, _ in measured)
+        if combined < COMBINE:
+            choice = int(np.argmin(mean))
+            if mean[choice] < math.log(best):
+                return Proposal(pool[choice], "combine")
+        bound = mean - self.kappa * std
+        choice = int(np.argmin(bound))
+        noise, measured_noise = self._noise(measured)
+        if bound[choice] > math.log(best) + math.log1p(-noise):
+            incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
+                            key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
+            if (check := self._unchecked_neighbour(incumbent, measured, pool, bound)) is not None:
+                return Proposal(pool[check], "model")
+            what = "the measured noise" if measured_noise else "the assumed noise"
+            return Stop(f"the model predicts that no untried configuration beats the best so far "
+                        f"({1 / best:.3f}x) by more than {what} ({100 * noise:.2f}%)")
+        return Proposal(pool[choice], "model")
+
+    # -- phases -------------------------------------------------------------------
+    def _transfer(self, context: Context, prior: Sequence[tuple[Config, Trial]]) -> Config | None:
+        """Other targets' best configurations first, while what was taken from them holds up."""
+        if len(context.measured) >= TRANSFER_SEEDS or _transfers(prior, context.measured) is False:
+            return None
+        ranked = sorted(((t.ratio, config_key(c), c) for c, t in prior
+                         if t.faster and t.ratio is not None and context.fresh(c)), key=lambda rkc: rkc[:2])
+        for _, _, config in ranked:
+            if not context.closed or config in context.choices():
+                return config
+        return None
+
+    def _screen(self, context: Context) -> Config | None:
+        if context.budget is not None and context.spent >= math.ceil(SCREEN_SHARE * context.budget):
+            return None
+        available = context.choices() if context.closed else None
+        for move in screening_moves(context.space):
+            if context.fresh(move) and (available is None or move in available):
+                return move
+        return None
+
+    def _pool(self, context: Context, rng: random.Random) -> list[Config]:
+        """Untried configurations to rank, one per known machine code."""
+        space = context.space
+        if context.closed:
+            configs = context.choices()
+        else:
+            dims = space.dimensions
+            choices = [(DEFAULT, *d.values) for d in dims]
+            if space.size <= POOL:
+                configs = [dict(zip((d.key for d in dims), values, strict=True))
+                           for values in itertools.product(*choices)]
+            else:
+                configs = [{d.key: rng.choice(c) for d, c in zip(dims, choices, strict=True)}
+                           for _ in range(POOL)]
+                # Around the best so far: one dimension changed, and pairs of changes.
+                incumbent = min(((c, t.ratio) for c, t in context.measured if t.ratio is not None),
+                                key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
+                for d, c in zip(dims, choices, strict=True):
+                    configs += [{**incumbent, d.key: v} for v in c]
+                for _ in range(POOL // 4):
+                    a, b = rng.sample(range(len(dims)), 2) if len(dims) > 1 else (0, 0)
+                    configs.append({**incumbent, dims[a].key: rng.choice(choices[a]),
+                                    dims[b].key: rng.choice(choices[b])})
+                configs += [space.full_config(c.config) for c in context.known]
+        unique: dict[str, Config] = {}
+        codes = context.codes
+        for c in configs:
+            key = config_key(c)
+            if context.fresh(c) and key != BASELINE:
+                # Of one code, the configuration with the fewest options set stands for it.
+                label = codes.get(key) or key
+                if label not in unique or len(_changed(c, space.default_config())) < len(
+                        _changed(unique[label], space.default_config())):
+                    unique[label] = c
+        return list(unique.values())
+
+    # -- the model ---------------------------------------------------------------------
+    def _data(self, context: Context, prior: Sequence[tuple[Config, Trial]]
+              ) -> tuple[list[Config], np.ndarray, np.ndarray]:
+        """Rows of the fit: the baseline, the measured configurations, the known configurations of
+        a measured code (with that code's ratio), and other targets' rows at PRIOR_WEIGHT."""
+        space = context.space
+        rows: list[tuple[Config, float | None, float]] = [(space.default_config(), 1.0, 1.0)]
+        rows += [(c, t.ratio, 1.0) for c, t in context.measured]
+        seen = {config_key(c) for c, _, _ in rows}
+        for cand in context.known:
+            config = space.full_config(cand.config)
+            if config_key(config) not in seen and cand.code in context.by_code:
+                rows.append((config, context.by_code[cand.code].ratio, 1.0))
+                seen.add(config_key(config))
+        rows += [(c, t.ratio, PRIOR_WEIGHT) for c, t in prior]
+        target = np.log([min(r, INVALID_RATIO) if r is not None else INVALID_RATIO for _, r, _ in rows])
+        return [c for c, _, _ in rows], target, np.array([w for _, _, w in rows])
+
+    def _predict(self, context: Context, prior: Sequence[tuple[Config, Trial]], pool: list[Config],
+                 rng: random.Random) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of log(cost ratio) for every pool configuration."""
+        train, target, weight = self._data(context, prior)
+        noise, _ = self._noise(context.measured)
+        x_train, x_pool = _one_hot(context.space, train), _one_hot(context.space, pool)
+        # Bayesian ridge: effects ~ N(0, EFFECT_PRIOR^2), measurements ~ N(effects, noise^2 / weight).
+        precision = (x_train.T * weight) @ x_train / noise**2 + np.eye(x_train.shape[1]) / EFFECT_PRIOR**2
+        covariance = np.linalg.inv(precision)
+        effects = covariance @ ((x_train.T * weight) @ target) / noise**2
+        mean = x_pool @ effects
+        var = np.einsum("ij,jk,ik->i", x_pool, covariance, x_pool)
+        if len(train) >= MIN_ROWS_FOR_TREES:
+            residual = target - x_train @ effects
+            trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
+            mean = mean + trees.mean(axis=0)
+            var = var + trees.var(axis=0)
+        return mean, np.sqrt(var)
+
+    def _noise(self, measured: Sequence[tuple[Config, Trial]]) -> tuple[float, bool]:
+        """The gain a measurement resolves: the median half-width of the measured intervals, or
+        the assumed `noise` before any (and in replays, which have none); whether measured."""
+        spreads = [t.spread for _, t in measured if t.spread is not None and math.isfinite(t.spread)]
+        return (max(statistics.median(spreads), 1e-4), True) if spreads else (self.noise, False)
+
+    @staticmethod
+    def _unchecked_neighbour(incumbent: Config, measured: Sequence[tuple[Config, Trial]],
+                             pool: Sequence[Config], bound: np.ndarray) -> int | None:
+        """The most promising untried configuration (index into `pool`) that differs from the
+        incumbent in one dimension along which no neighbour of it was measured yet."""
+        checked = {d[0] for c, _ in measured if len(d := _changed(c, incumbent)) == 1}
+        candidates = [i for i, c in enumerate(pool)
+                      if len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
+        return min(candidates, key=lambda i: bound[i]) if candidates else None
+
+    def _frame(self, context: Context, configs: Sequence[Config], borrowed: Sequence[bool],
+               with_borrowed: bool) -> pd.DataFrame:
+        columns: dict[str, object] = {}
+        if with_borrowed:  # which rows come from other targets: the trees may learn their offset
+            columns["borrowed"] = pd.Categorical([int(b) for b in borrowed], categories=[0, 1])
+        for i, d in enumerate(context.space.dimensions):
+            columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs],
+                                              categories=[DEFAULT, *d.values])
+        features = {config_key(context.space.full_config(c.config)): c.features for c in context.known}
+        rows = [features.get(config_key(c), {}) for c in configs]
+        for j, name in enumerate(sorted({k for r in rows for k in r})):
+            columns[f"f{j}"] = [float(r.get(name, math.nan)) for r in rows]
+        return pd.DataFrame(columns)
+
+    def _ensemble(self, context: Context, train: list[Config], target: np.ndarray, weight: np.ndarray,
+                  pool: list[Config], rng: random.Random, with_borrowed: bool) -> np.ndarray:
+        import lightgbm
+
+        borrowed = weight < 1.0
+        frame = self._frame(context, train + pool, [*borrowed, *([False] * len(pool))], with_borrowed)
+        x_train, x_pool = frame.iloc[:len(train)], frame.iloc[len(train):]
+        n = len(train)
+        params = {"objective": "regression", "learning_rate": 0.15, "num_leaves": 8,
+                  "min_data_in_leaf": 2, "min_data_in_bin": 1, "min_data_per_group": 1,
+                  "cat_smooth": 1.0, "cat_l2": 1.0, "max_cat_to_onehot": 16, "lambda_l2": 0.1,
+                  "feature_fraction": 0.8, "verbose": -1, "num_threads": 1,
+                  "deterministic": True, "force_row_wise": True}
+        out = []
+        for b in range(self.ensemble):
+            rows = [rng.randrange(n) for _ in range(n)]  # bootstrap: the bag's view of the data
+            rows[0] = 0  # every bag knows the baseline
+            data = lightgbm.Dataset(x_train.iloc[rows], target[rows], weight=weight[rows],
+                                    free_raw_data=False)
+            booster = lightgbm.train({**params, "seed": self.seed * 100 + b}, data, num_boost_round=40)
+            out.append(booster.predict(x_pool))
+        return np.vstack(out)
+
+
+def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
+    """One column per non-default value of every dimension."""
+    columns = [(d.key, v) for d in space.dimensions for v in d.values]
+    index = {kv: i for i, kv in enumerate(columns)}
+    x = np.zeros((len(configs), len(columns)))
+    for r, c in enumerate(configs):
+        for k, v in c.items():
+            if (i := index.get((k, v))) is not None:
+                x[r, i] = 1.0
+    return x
