@@ -27,7 +27,7 @@ Commands
   ::
 
     compileiq_add_benchmark(<name> COMMAND <executable-target-or-program> [args...]
-                            [TARGETS <tuned-target>...]
+                            [ARGS <arg>...] [TARGETS <tuned-target>...]
                             [FORMAT auto|nvbench|gbench|csv|regex|time]
                             [REGEX <regex>] [COLUMN <csv-column>]
                             [UNIT s|ms|us|ns] [HIGHER_IS_BETTER]
@@ -44,6 +44,21 @@ Commands
   checksum) and the file ``OUTPUT_FILE`` (relative to ``WORKDIR``) must equal
   the baseline's exactly, or within the relative ``TOLERANCE`` for candidates
   whose flags change floating-point results.
+
+  ``ARGS`` adds arguments after ``COMMAND``'s, as written: its words are not
+  checked for misspelt keywords (see below).
+
+Misspelt keywords
+^^^^^^^^^^^^^^^^^
+
+A word of capitals, digits and ``_`` (three characters or more) that is not a
+keyword of the command but one or two edits away from one (a character
+inserted, deleted, replaced, or two neighbours swapped: ``FORMATT``,
+``LANGUAGE``) stops the configure at the call, naming the keyword meant.
+Without the check such a word would silently become a benchmark argument, a
+target or a label.  A benchmark argument that is really spelt so goes after
+``ARGS``: ``COMMAND bench --n 100 ARGS --layout UNITS``.  A word that is
+exactly a keyword always starts that keyword, also after ``ARGS``.
 
 CTest
 ^^^^^
@@ -115,8 +130,100 @@ if(NOT _compileiq_deferred)
   cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _compileiq_finalize)
 endif()
 
+# The fewest edits that turn <a> into <b>: a character inserted, deleted or replaced, or
+# two neighbours swapped (the optimal string alignment distance).  Computed row by row:
+# <prev> holds the distances from the first i-1 characters of <a> to each prefix of <b>,
+# <before> those from the first i-2.
+function(_compileiq_edit_distance a b out)
+  string(LENGTH "${a}" la)
+  string(LENGTH "${b}" lb)
+  set(before "")
+  set(prev "")
+  foreach(j RANGE ${lb})
+    list(APPEND prev ${j})
+  endforeach()
+  foreach(i RANGE 1 ${la})
+    math(EXPR i1 "${i} - 1")
+    string(SUBSTRING "${a}" ${i1} 1 ca)
+    set(row ${i})
+    foreach(j RANGE 1 ${lb})
+      math(EXPR j1 "${j} - 1")
+      string(SUBSTRING "${b}" ${j1} 1 cb)
+      list(GET prev ${j1} replace)
+      if(NOT ca STREQUAL cb)
+        math(EXPR replace "${replace} + 1")
+      endif()
+      list(GET prev ${j} delete)
+      list(GET row ${j1} insert)
+      math(EXPR best "${delete} + 1")
+      math(EXPR insert "${insert} + 1")
+      foreach(d ${insert} ${replace})
+        if(d LESS best)
+          set(best ${d})
+        endif()
+      endforeach()
+      if(i GREATER 1 AND j GREATER 1)
+        math(EXPR i2 "${i} - 2")
+        math(EXPR j2 "${j} - 2")
+        string(SUBSTRING "${a}" ${i2} 1 pa)
+        string(SUBSTRING "${b}" ${j2} 1 pb)
+        list(GET before ${j2} swap)
+        math(EXPR swap "${swap} + 1")
+        if(ca STREQUAL pb AND pa STREQUAL cb AND swap LESS best)
+          set(best ${swap})
+        endif()
+      endif()
+      list(APPEND row ${best})
+    endforeach()
+    set(before "${prev}")
+    set(prev "${row}")
+  endforeach()
+  list(GET prev ${lb} distance)
+  set(${out} ${distance} PARENT_SCOPE)
+endfunction()
+
+# The first of the words (ARGN) that looks like a misspelt keyword: capitals, digits and
+# '_', three characters or more, not a keyword, and at most two edits from one.  Sets
+# <out_word> to it and <out_keyword> to the nearest keyword, or both to "" when none does.
+# The caller reports it, so that the error shows the line of the call.
+function(_compileiq_misspelt_keyword keywords out_word out_keyword)
+  foreach(word IN LISTS ARGN)
+    if(NOT word MATCHES "^[A-Z0-9_][A-Z0-9_][A-Z0-9_]+$" OR word IN_LIST keywords)
+      continue()
+    endif()
+    string(LENGTH "${word}" lw)
+    set(nearest "")
+    set(nearest_distance 3)
+    foreach(kw IN LISTS keywords)
+      string(LENGTH "${kw}" lk)
+      math(EXPR apart "${lw} - ${lk}")
+      if(apart GREATER 2 OR apart LESS -2)
+        continue()  # more than two edits apart anyway
+      endif()
+      _compileiq_edit_distance("${word}" "${kw}" d)
+      if(d LESS nearest_distance)
+        set(nearest "${kw}")
+        set(nearest_distance ${d})
+      endif()
+    endforeach()
+    if(nearest)
+      set(${out_word} "${word}" PARENT_SCOPE)
+      set(${out_keyword} "${nearest}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out_word} "" PARENT_SCOPE)
+  set(${out_keyword} "" PARENT_SCOPE)
+endfunction()
+
 function(compileiq_tune)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "" "LANGUAGES")
+  _compileiq_misspelt_keyword(LANGUAGES word keyword ${arg_UNPARSED_ARGUMENTS} ${arg_LANGUAGES})
+  if(word)
+    message(FATAL_ERROR
+      "compileiq_tune(): '${word}' looks like a misspelt ${keyword}. Write ${keyword}; a target "
+      "that really is named '${word}' can be tuned through an ALIAS target of another name.")
+  endif()
   if(NOT arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR
       "compileiq_tune() needs at least one target. "
@@ -168,15 +275,27 @@ endfunction()
 function(compileiq_add_benchmark name)
   set(options HIGHER_IS_BETTER)
   set(one_value FORMAT REGEX COLUMN UNIT WORKDIR TIMEOUT CHECKSUM OUTPUT_FILE TOLERANCE)
-  set(multi_value COMMAND TARGETS LABELS)
+  set(multi_value COMMAND ARGS TARGETS LABELS)
+  set(keywords ${options} ${one_value} ${multi_value})
   cmake_parse_arguments(PARSE_ARGV 1 arg "${options}" "${one_value}" "${multi_value}")
-  set(usage "Write: compileiq_add_benchmark(<name> COMMAND <executable-target> [args...] "
+  set(usage "Write: compileiq_add_benchmark(<name> COMMAND <executable-target> [args...] [ARGS <arg>...] "
             "[TARGETS <tuned-target>...] [FORMAT auto|nvbench|gbench|csv|regex|time] [REGEX <re>] "
             "[UNIT s|ms|us|ns] [HIGHER_IS_BETTER] [CHECKSUM <re>] [OUTPUT_FILE <path>] "
             "[TOLERANCE <relative>] [WORKDIR <dir>] [TIMEOUT <s>] [LABELS ...])")
   string(JOIN "" usage ${usage})
-  if(name MATCHES "^(COMMAND|TARGETS|FORMAT|REGEX|COLUMN|UNIT|WORKDIR|TIMEOUT|LABELS|HIGHER_IS_BETTER)$")
+  if(name IN_LIST keywords)
     message(FATAL_ERROR "compileiq_add_benchmark(): the first argument must be the benchmark's name. ${usage}")
+  endif()
+  # The executable (COMMAND's first word) is a name, not a place for a misplaced keyword.
+  set(command_args "${arg_COMMAND}")
+  list(POP_FRONT command_args)
+  _compileiq_misspelt_keyword("${keywords}" word keyword
+                              ${arg_UNPARSED_ARGUMENTS} ${command_args} ${arg_TARGETS} ${arg_LABELS})
+  if(word)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): '${word}' looks like a misspelt ${keyword}. Write ${keyword}; "
+      "an argument of the benchmark that really is '${word}' goes after ARGS, which passes its "
+      "words as written: ARGS ${word} ...")
   endif()
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR
@@ -184,6 +303,9 @@ function(compileiq_add_benchmark name)
   endif()
   if(NOT arg_COMMAND)
     message(FATAL_ERROR "compileiq_add_benchmark(${name}): COMMAND is missing. ${usage}")
+  endif()
+  if(DEFINED arg_ARGS)
+    list(APPEND arg_COMMAND "${arg_ARGS}")
   endif()
   if(NOT arg_FORMAT)
     set(arg_FORMAT auto)

@@ -159,6 +159,20 @@ CASES = {
     "bad_timeout": ("compileiq_tune(lib LANGUAGES CXX)\n"
                     "compileiq_add_benchmark(b COMMAND exe FORMAT time TIMEOUT soon)",
                     r"TIMEOUT must be a number of seconds"),
+    # Misspelt keywords stop the call itself, so the error shows the caller's line (7, the body's 2nd).
+    "typo_among_targets": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                           "compileiq_add_benchmark(b COMMAND exe TARGETS lib FORMATT regex REGEX \"(.*)\")",
+                           r"compileiq_add_benchmark\(b\): 'FORMATT' looks like a misspelt FORMAT\. "
+                           r"Write FORMAT; .* after ARGS.*CMakeLists\.txt:7 \(compileiq_add_benchmark\)"),
+    # Unchecked, FORMATT and regex would silently become arguments of the benchmark.
+    "typo_after_command_args": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                                "compileiq_add_benchmark(b COMMAND exe 100 FORMATT regex REGEX \"(.*)\" "
+                                "TARGETS lib)",
+                                r"'FORMATT' looks like a misspelt FORMAT\..*CMakeLists\.txt:7 "
+                                r"\(compileiq_add_benchmark\)"),
+    "typo_in_tune": ("compileiq_tune(lib LANGUAGE CXX)",
+                     r"compileiq_tune\(\): 'LANGUAGE' looks like a misspelt LANGUAGES\. Write LANGUAGES; "
+                     r".*CMakeLists\.txt:6 \(compileiq_tune\)"),
 }
 
 
@@ -198,6 +212,27 @@ compileiq_add_benchmark(b COMMAND exe "quote\"d" "back\\slash" "tab	x" "[bracket
     raw = json.loads((tmp_path / "build" / "compileiq" / "manifest.json").read_text())
     assert raw["benchmarks"][0]["args"] == ['quote"d', "back\\slash", "tab\tx", "[bracket"]
     assert raw["benchmarks"][0]["regex"] == 'time: "([0-9.]+)\\s*\\[ms\\]'
+
+
+def test_all_caps_arguments_reach_the_benchmark(tmp_path, configure):
+    # Far from every keyword they pass as they are; near one, they pass after ARGS.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "lib.cpp").write_text("int f() { return 1; }\n")
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text("""
+cmake_minimum_required(VERSION 3.24)
+project(p LANGUAGES CXX)
+find_package(CompileIQ CONFIG REQUIRED)
+add_library(lib STATIC lib.cpp)
+add_executable(exe main.cpp)
+compileiq_tune(lib LANGUAGES CXX)
+compileiq_add_benchmark(b COMMAND exe --mode FAST NCHW ARGS --unit UNITS FORMATT TARGETS lib FORMAT time)
+""")
+    configure(src, tmp_path / "build")
+    raw = json.loads((tmp_path / "build" / "compileiq" / "manifest.json").read_text())
+    assert raw["benchmarks"][0]["args"] == ["--mode", "FAST", "NCHW", "--unit", "UNITS", "FORMATT"]
+    assert raw["benchmarks"][0]["targets"] == ["lib"]
 
 
 def test_cuda_target_manifest_and_tuning_arch(tmp_path, configure, nvcc):
