@@ -10,7 +10,15 @@ from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
-from compileiq_build.selection import NoWinner, Winner, decide, outcomes, pairs, portable_set
+from compileiq_build.selection import (
+    SAME_AS_BASELINE,
+    NoWinner,
+    Winner,
+    decide,
+    outcomes,
+    pairs,
+    portable_set,
+)
 from compileiq_build.space import DEFAULT, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
 from compileiq_build.store import STORE, Store, read_store
@@ -98,9 +106,10 @@ def export(build_dir: Path, csv: Path | None, parquet: Path | None) -> int:
 
 def table(build_dir: Path, path: Path, target: str | None) -> int:
     """The search's measurements of one target as a replay table (benchmarks/search_replay.py):
-    a column per dimension (labels, `default` for the project's setting), `feature:<name>`
-    columns from the compiler's resource report, and `time`: the geometric mean over the
-    workloads of the baseline's median time times the candidate's median paired ratio."""
+    a column per dimension (labels, `default` for the project's setting), `code` (a label of the
+    machine code: rows of one code were measured once), `feature:<name>` columns of the compiled
+    code (resource report, instruction mix), and `time`: the geometric mean over the workloads of
+    the baseline's median time times the candidate's median paired ratio."""
     store = _open(build_dir)
     try:
         found = pairs(store)
@@ -126,18 +135,22 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
         def time_of(ratios: dict[str, float]) -> float:
             return geometric_mean([ratios.get(w, 1.0) * t for w, t in sorted(base_time.items())])
 
-        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "time": time_of({})}}
+        baseline_code = next((o.evaluation.digest for o in searched
+                              if o.evaluation.same_as == SAME_AS_BASELINE and o.evaluation.digest), "")
+        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "code": baseline_code[:16] or "baseline",
+                             "time": time_of({})}}
         for o in searched:
             ratios = {w: e.ratio for w, e in o.estimates.items() if w in base_time}
             row = {d: o.evaluation.config.get(d, DEFAULT) for d in dims}
+            row["code"] = o.evaluation.digest[:16] or f"evaluation{o.evaluation.id}"
             row.update({f"feature:{f}": (o.evaluation.features or {}).get(f, "") for f in features})
             row["time"] = time_of(ratios)
             rows.setdefault(o.evaluation.config_key, row)
     finally:
         store.close()
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, [d.split(":", 1)[-1] for d in dims] + [f"feature:{x}" for x in features]
-                                + ["time"])
+        writer = csv.DictWriter(f, [d.split(":", 1)[-1] for d in dims] + ["code"]
+                                + [f"feature:{x}" for x in features] + ["time"])
         writer.writeheader()
         for row in rows.values():
             writer.writerow({k.split(":", 1)[-1] if not k.startswith("feature:") else k: v
