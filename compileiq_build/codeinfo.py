@@ -1,10 +1,16 @@
 """What a candidate's build produced, read without a GPU: a digest of the generated machine
-code (candidates with identical code are the same point and are measured once) and the
-compiler's resource report (registers, spills, shared memory, stack), which the
-model-guided search uses as features.
+code (candidates with identical code are the same point and are measured once) and
+compile-time features of each kernel, which the model-guided search fits on.
 
 The digest covers the disassembly, not whole files: rebuilding the same source with the
 same flags gives different object files (paths, timestamps) but identical SASS.
+
+The features come from what is read anyway, with no extra compile: the `cuobjdump -sass`
+text behind the digest (the instruction mix: global loads and stores by cache operator,
+shared and local memory traffic, arithmetic, branches) and the compiler's resource report
+in the build log (registers, spills, stack, shared memory).  Each is named
+`<function>:<name>` for one function and `all:<name>` over all of them (sums; registers
+the maximum).
 """
 
 from __future__ import annotations
@@ -13,17 +19,52 @@ import hashlib
 import os
 import re
 import subprocess
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq_build.environment import find_tool
 
-# ptxas at compile time ("Used 40 registers", "... bytes stack frame, ... spill ...") and, with
-# separable compilation, nvlink at the device link ("used 40 registers, ..., 0 stack, ...
-# bytes smem, ... bytes lmem").
+# ptxas at compile time ("Compiling entry function '_Z1kPf' for 'sm_90'", "Function properties
+# for _Z1kPf", "... bytes stack frame, ... spill ...", "Used 40 registers, ... bytes smem")
+# and, with separable compilation, nvlink at the device link ("Function properties for
+# '_Z1kPf': (target: sm_90)", "used 40 registers, ..., 0 stack, ... bytes smem, ... bytes lmem").
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPERTIES = re.compile(r"Function properties for ('?)([^'\s]+)\1:?(?: \(target: (\w+)\))?")
 _USED = re.compile(r"[Uu]sed (\d+) registers")
 _NVLINK = re.compile(r"(\d+) stack, \d+ bytes smem, .*?(\d+) bytes lmem")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
+
+# SASS from cuobjdump: keep the kernels' names and instructions. The rest of its output
+# differs between candidates with the same code (the ELF records `ptxasOptions = ...`).
+_SASS = re.compile(rb"^\s*(/\*[0-9a-f]{4,}\*/|Function : )")
+_ARCH = re.compile(rb"^\s*code for (\w+)")
+_FUNCTION = re.compile(rb"^\s*Function : (\S+)")
+# "/*00b0*/  @!P0 LDG.E.CONSTANT R0, ..." -> the predicate and the opcode with its modifiers.
+_INSTRUCTION = re.compile(rb"^\s*/\*[0-9a-f]{4,}\*/\s+(@!?\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+# Opcodes counted (with every modifier), and the cache operators of global loads and
+# stores (sm_90 prints -dlcm=cg as LDG.E.STRONG.GPU, cs as .EF, lu as .LU, cv as
+# .STRONG.SYS, ca as .STRONG.SM; -dscm=cg/cs/wt/wb as STG.E.STRONG.GPU/.EF/.STRONG.SYS/
+# .STRONG.SM; const __restrict__ loads as .CONSTANT; L1 eviction hints as .EF/.EL/.EU/.NA).
+_OPCODES = ("LDG", "STG", "LDS", "STS", "LDL", "STL", "LDGSTS", "LDGDEPBAR",
+            "FFMA", "FMUL", "FADD", "MUFU", "IMAD", "BRA", "BSSY", "BSYNC")
+_CACHE_OPERATORS = {
+    "LDG": ("CONSTANT", "EF", "EL", "EU", "LU", "NA", "STRONG.SM", "STRONG.GPU", "STRONG.SYS", "LTC128B"),
+    "STG": ("EF", "EL", "EU", "NA", "STRONG.SM", "STRONG.GPU", "STRONG.SYS"),
+}
+# Every function gets every count, zeros included: a missing feature reads as unknown.
+_COUNTS = ("instructions", *(op.lower() for op in _OPCODES),
+           *(f"{op.lower()}.{c.lower()}" for op, cs in _CACHE_OPERATORS.items() for c in cs))
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    """A build's machine code: its digest ('' without objects) and its features."""
+
+    digest: str
+    features: dict[str, float]
 
 
 def object_files(tree: Path, target: str) -> list[Path]:
@@ -31,9 +72,32 @@ def object_files(tree: Path, target: str) -> list[Path]:
     return sorted(p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o"))
 
 
-# SASS from cuobjdump: keep the kernels' names and instructions. The rest of its output
-# differs between candidates with the same code (the ELF records `ptxasOptions = ...`).
-_SASS = re.compile(rb"^\s*(/\*[0-9a-f]{4,}\*/|Function : )")
+def read_code(objects: list[Path], build_output: str) -> CodeInfo:
+    """The digest and features of these objects' code, disassembling each object once;
+    `build_output` is the build log, with the resource report (nvcc --resource-usage)."""
+    h = hashlib.sha256()
+    counts: dict[tuple[str, str | None], Counter[str]] = {}
+    for obj in objects:
+        sass = _cuobjdump(obj)
+        code = b"\n".join(line for line in sass.splitlines() if _SASS.match(line)) if sass else b""
+        # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): the whole file,
+        # which never calls two different candidates the same.
+        device = code or (obj.read_bytes() if sass is not None else b"")
+        h.update(obj.name.encode())
+        h.update(hashlib.sha256(device + b"\n--host--\n" + _host_code(obj)).digest())
+        for key, c in _instruction_mix(sass or b"").items():
+            counts.setdefault(key, Counter()).update(c)
+    return CodeInfo(h.hexdigest() if objects else "", _features(counts, _resources(build_output)))
+
+
+def code_digest(objects: list[Path]) -> str:
+    """A digest of the machine code of these objects ('' when there are none)."""
+    return read_code(objects, "").digest
+
+
+def code_features(objects: list[Path], build_output: str) -> dict[str, float]:
+    """Per-function and total features of the objects' SASS and the log's resource report."""
+    return read_code(objects, build_output).features
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes] | None:
@@ -43,9 +107,9 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
         return None
 
 
-def _device_code(obj: Path) -> bytes | None:
-    """The SASS of an object's device code; None when it has no device code.  Any object may
-    hold some: CUDA sources need not end in .cu (LANGUAGE CUDA on a .cpp)."""
+def _cuobjdump(obj: Path) -> bytes | None:
+    """`cuobjdump -sass` of an object; None when it has no device code.  Any object may hold
+    some: CUDA sources need not end in .cu (LANGUAGE CUDA on a .cpp)."""
     tool = find_tool("cuobjdump")
     if not tool:
         return None
@@ -55,10 +119,7 @@ def _device_code(obj: Path) -> bytes | None:
     proc = _run([tool, "-sass", str(obj)], env)
     if proc is None or proc.returncode != 0:  # "does not contain device code"
         return None
-    sass = [line for line in proc.stdout.splitlines() if _SASS.match(line)]
-    # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): the whole file,
-    # which never calls two different candidates the same.
-    return b"\n".join(sass) if sass else obj.read_bytes()
+    return proc.stdout
 
 
 def _host_code(obj: Path) -> bytes:
@@ -71,34 +132,75 @@ def _host_code(obj: Path) -> bytes:
                       if str(obj).encode() not in line and b"file format" not in line)
 
 
-def _disassemble(obj: Path) -> bytes:
-    """Device and host code: a candidate differs when either does."""
-    return (_device_code(obj) or b"") + b"\n--host--\n" + _host_code(obj)
+def _instruction_mix(sass: bytes) -> dict[tuple[str, str | None], Counter[str]]:
+    """Instruction counts per (function, arch) in cuobjdump's SASS."""
+    mix: dict[tuple[str, str | None], Counter[str]] = {}
+    arch: str | None = None
+    c: Counter[str] = Counter()
+    for line in sass.splitlines():
+        if m := _ARCH.match(line):
+            arch = m[1].decode()
+        elif m := _FUNCTION.match(line):
+            c = mix.setdefault((m[1].decode(), arch), Counter())
+        elif (m := _INSTRUCTION.match(line)) and m[2] != b"NOP" and (m[1] or b"").strip() != b"@!PT":
+            opcode = m[2].decode()
+            base = opcode.split(".", 1)[0]
+            c["instructions"] += 1
+            if base in _OPCODES:
+                c[base.lower()] += 1
+            for operator in _CACHE_OPERATORS.get(base, ()):
+                if f".{operator}." in f"{opcode}.":
+                    c[f"{base.lower()}.{operator.lower()}"] += 1
+    return mix
 
 
-def code_digest(objects: list[Path]) -> str:
-    """A digest of the machine code of these objects ('' when there are none)."""
-    if not objects:
-        return ""
-    h = hashlib.sha256()
-    for obj in objects:
-        h.update(obj.name.encode())
-        h.update(hashlib.sha256(_disassemble(obj)).digest())
-    return h.hexdigest()
+def _resources(build_output: str) -> dict[tuple[str, str | None], dict[str, int]]:
+    """The resource report per (function, arch): registers, spill (nvlink: local memory),
+    stack and shared memory bytes.  Device functions that ptxas reports apart (called, not
+    inlined) have a stack frame and spills but no registers of their own."""
+    report: dict[tuple[str, str | None], dict[str, int]] = {}
+    entry = current = ("", None)
+    for line in build_output.splitlines():
+        if m := _ENTRY.search(line):
+            entry = current = (m[1], m[2])
+        elif m := _PROPERTIES.search(line):
+            current = (m[2], m[3] or entry[1])
+            if m[1]:  # nvlink names kernels only, and its "used" line follows
+                entry = current
+        elif m := _FRAME.search(line):
+            r = report.setdefault(current, Counter())
+            r["stack_bytes"] += int(m[1])
+            r["spill_bytes"] += int(m[2]) + int(m[3])
+        elif m := _USED.search(line):
+            r = report.setdefault(entry, Counter())
+            r["registers"] = max(r.get("registers", 0), int(m[1]))
+            r["smem_bytes"] += int(s[1]) if (s := _SMEM.search(line)) else 0
+            if n := _NVLINK.search(line):
+                r["stack_bytes"] += int(n[1])
+                r["spill_bytes"] += int(n[2])
+    return report
 
 
-def resource_features(build_output: str) -> dict[str, float]:
-    """Totals and maxima of the resource report (nvcc --resource-usage) over all kernels."""
-    registers = [int(m) for m in _USED.findall(build_output)]
-    if not registers:
-        return {}
-    frames = [tuple(map(int, m)) for m in _FRAME.findall(build_output)]
-    linked = [tuple(map(int, m)) for m in _NVLINK.findall(build_output)]
-    smem = [int(m) for m in _SMEM.findall(build_output)]
-    return {
-        "registers_max": float(max(registers)),
-        "registers_sum": float(sum(registers)),
-        "stack_bytes": float(sum(f[0] for f in frames) + sum(n[0] for n in linked)),
-        "spill_bytes": float(sum(f[1] + f[2] for f in frames) + sum(n[1] for n in linked)),
-        "smem_bytes": float(sum(smem)),
-    }
+def _features(counts: dict[tuple[str, str | None], Counter[str]],
+              report: dict[tuple[str, str | None], dict[str, int]]) -> dict[str, float]:
+    keys = list(dict.fromkeys([*counts, *report]))
+    several_archs = len({arch for _, arch in keys if arch}) > 1
+    features: dict[str, float] = {}
+    for name, arch in keys:
+        # nvlink does not name the arch when there is one: its report and the SASS meet here.
+        label = _short(name) + (f"@{arch}" if several_archs and arch else "")
+        values = {n: counts[name, arch][n] for n in _COUNTS} if (name, arch) in counts else {}
+        for n, v in [*values.items(), *report.get((name, arch), {}).items()]:
+            # One name in two objects (a template instantiated in each) is one function here.
+            for key in (f"{label}:{n}", f"all:{n}") if name else (f"all:{n}",):  # a report of no name
+                old = features.get(key, 0.0)
+                features[key] = max(old, float(v)) if n == "registers" else old + v
+    if "all:registers" in features:  # the totals' names from before, still read
+        features["registers_max"] = features["all:registers"]
+        features["spill_bytes"] = features.get("all:spill_bytes", 0.0)
+    return features
+
+
+def _short(name: str) -> str:
+    """A mangled name as a stable, bounded feature name."""
+    return name if len(name) < 60 else f"{name[:40]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from compileiq_build.build import BuildResult, BuildTree
-from compileiq_build.codeinfo import code_digest, object_files, resource_features
+from compileiq_build.codeinfo import object_files, read_code
 from compileiq_build.environment import Gpu
 from compileiq_build.gpu import GpuMonitor
 from compileiq_build.measure import Run, Sample, resolve_format, run_workload
@@ -92,8 +92,8 @@ class LocalWorker:
         if not result.ok:
             return Compiled(slot, result)
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
-        return Compiled(slot, result, code_digest(object_files(tree.path, target)),
-                        resource_features(result.log), nothing)
+        code = read_code(object_files(tree.path, target), result.log)
+        return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:
         if bench.executable_target:
