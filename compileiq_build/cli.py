@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--language", choices=("CUDA", "CXX"), action="append",
                    help="only this language (repeatable; default: both)")
     s.add_argument("--allow-numerics-change", action="store_true")
+    s.add_argument("--allow-host-specific", action="store_true")
 
     doc = verbs.add_parser("doctor", help="what is installed, which GPU, what is missing")
     doc.add_argument("build_dir", type=Path, nargs="?", metavar="BUILD_DIR",
@@ -127,6 +128,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    "(default 0.005 = 0.5%%)")
     p.add_argument("--allow-numerics-change", action="store_true",
                    help="also try options that change floating-point results (fast math, ...)")
+    p.add_argument("--allow-host-specific", action="store_true",
+                   help="also try options tied to this machine's CPU (-march=native): the binaries "
+                   "then run only on CPUs like this one, and the toolchain file says so")
     p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
@@ -152,7 +156,7 @@ def _tune_options(args: argparse.Namespace):
         targets=args.targets, output=args.output.resolve() if args.output else None,
         jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
-        allow_numerics_change=args.allow_numerics_change,
+        allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
         fresh=args.fresh, seed=args.seed)
 
 
@@ -168,11 +172,20 @@ def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
         raise CompileIQError("kept the stored results; nothing was done.")
 
 
+def _print_pending(decisions) -> None:
+    from compileiq_build.report import pending_text
+
+    for d in decisions:
+        if d.pending:
+            print(f"{d.target}: {pending_text(d)}")
+
+
 def _print_result(result) -> None:
     for w in result.winners:
         print(f"{w.target}: {w.speedup:.3f}x with {' '.join(f for fl in w.flags.values() for f in fl)}")
     for n in result.losers:
         print(f"{n.target}: unchanged ({n.reason})")
+    _print_pending([*result.winners, *result.losers])
     print(f"toolchain file: {result.toolchain}")
     print(f"build with it:  cmake -S <source> -B <build> -G Ninja "
           f"-DCMAKE_TOOLCHAIN_FILE={result.toolchain}")
@@ -215,11 +228,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     elif args.verb == "emit":
         from compileiq_build.report import emit
 
-        print(f"toolchain file: {emit(args.build_dir, args.output, args.merge)}")
+        path, decisions = emit(args.build_dir, args.output, args.merge)
+        _print_pending(decisions)
+        print(f"toolchain file: {path}")
     elif args.verb == "space":
         from compileiq_build.report import show_space
 
-        print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change))
+        print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change,
+                         args.allow_host_specific))
     elif args.verb == "doctor":
         from compileiq_build.doctor import doctor
 

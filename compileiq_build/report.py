@@ -37,6 +37,13 @@ def decisions(store: Store) -> list[Winner | NoWinner]:
     return [decide(store, target, arch) for target, arch in pairs(store)]
 
 
+def pending_text(decision: Winner | NoWinner) -> str:
+    """The candidates that rank above the decision in the search but were never re-measured."""
+    than = " than the winner" if isinstance(decision, Winner) else ""
+    return (f"not yet validated: {', '.join(decision.pending)} (faster{than} in the search; "
+            "the next `tune` re-measures them)")
+
+
 def _values(store: Store, evaluation: int) -> dict[tuple[str, str], list[float]]:
     out: dict[tuple[str, str], list[float]] = {}
     for workload, role, value in store.values(evaluation):
@@ -82,6 +89,8 @@ def report(build_dir: Path) -> str:
                                  f"; baseline {_describe(base, rate)}, tuned {_describe(cand, rate)}")
             else:
                 lines.append(f"  no winner: {decision.reason}")
+            if decision.pending:
+                lines.append(f"  {pending_text(decision)}")
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:
         store.close()
@@ -171,9 +180,11 @@ def html(build_dir: Path, path: Path) -> Path:
     return path.resolve()
 
 
-def emit(build_dir: Path, output: Path | None, merge: Sequence[Path] = ()) -> Path:
+def emit(build_dir: Path, output: Path | None,
+         merge: Sequence[Path] = ()) -> tuple[Path, list[Winner | NoWinner]]:
     """The toolchain file from stored results: this build folder's store, plus the stores
-    of other machines (one per GPU architecture) with a portable set across them."""
+    of other machines (one per GPU architecture) with a portable set across them.  Returns
+    where it was written and the decisions in it."""
     build_dir = build_dir.resolve()
     project = load_project(build_dir)
     paths = [build_dir / STORE, *((p / STORE if p.is_dir() else p).resolve() for p in merge)]
@@ -206,10 +217,11 @@ def emit(build_dir: Path, output: Path | None, merge: Sequence[Path] = ()) -> Pa
     prov = provenance(envs, project.compilers, ", ".join(sorted(strategies)) or "none", date)
     path = (output or project.source_dir / DEFAULT_NAME).resolve()
     write(path, render(winners, losers, prov, portables))
-    return path
+    return path, list(found.values())
 
 
-def show_space(languages: Sequence[str], allow_numerics_change: bool) -> str:
+def show_space(languages: Sequence[str], allow_numerics_change: bool,
+               allow_host_specific: bool = False) -> str:
     from compileiq_build import environment
 
     compilers = {}
@@ -220,7 +232,7 @@ def show_space(languages: Sequence[str], allow_numerics_change: bool) -> str:
     missing = [lang for lang in languages if lang not in compilers]
     cache = Path.home() / ".cache" / "compileiq_build"
     space = build_space([lang for lang in languages if lang in compilers], compilers,
-                        Prober(cache), allow_numerics_change)
+                        Prober(cache), allow_numerics_change, allow_host_specific=allow_host_specific)
     lines = [f"{len(space.dimensions)} dimensions, {space.size} configurations"]
     for d in space.dimensions:
         values = ", ".join(d.values)
@@ -230,6 +242,8 @@ def show_space(languages: Sequence[str], allow_numerics_change: bool) -> str:
         lines.append(f"  dropped {r.flag}: {r.reason}")
     for key in space.excluded_numerics:
         lines.append(f"  excluded {key}: changes numerics (--allow-numerics-change)")
+    for key in space.excluded_host_specific:
+        lines.append(f"  excluded {key}: binaries run only on CPUs like this one (--allow-host-specific)")
     for lang in missing:
         lines.append(f"  {lang}: no compiler found")
     return "\n".join(lines)

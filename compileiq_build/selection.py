@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from compileiq_build.stats import RatioEstimate, geometric_mean, ratio_estimate
 from compileiq_build.store import INTERRUPTED, MEASURED, EvaluationRow, Store
 
-FINALISTS = 3
+FINALISTS = 3  # candidates re-measured per run, best first
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,16 @@ class Winner:
     flags: dict[str, tuple[str, ...]]
     gains: tuple[WorkloadGain, ...]
     evaluations: int  # how many candidates were measured for this target
+    pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
 
     @property
     def speedup(self) -> float:
         return 1.0 / geometric_mean([g.estimate.ratio for g in self.gains])
 
 
-def finalists(outcomes: Sequence[Outcome], count: int) -> list[Outcome]:
-    """The best candidates that were faster everywhere, best first (one per configuration)."""
+def finalists(outcomes: Sequence[Outcome], count: int | None = None) -> list[Outcome]:
+    """The best candidates that were faster everywhere, best first (one per configuration);
+    all of them unless `count` is given."""
     best: dict[str, Outcome] = {}
     for o in outcomes:
         if o.faster:
@@ -115,6 +117,7 @@ class NoWinner:
     target: str
     arch_keys: dict[str, str]
     reason: str
+    pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
 
 
 def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -> list[Outcome]:
@@ -122,19 +125,42 @@ def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -
             if r.status != INTERRUPTED]
 
 
+def pending_validation(store: Store, target: str, arch_keys: dict[str, str]) -> list[Outcome]:
+    """The search measurements of `decide`'s pending configurations, best first: what the next
+    validation re-measures."""
+    pending = set(decide(store, target, arch_keys).pending)
+    return [f for f in finalists(outcomes(store, target, arch_keys, "search"))
+            if f.evaluation.config_key in pending]
+
+
 def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoWinner:
-    """From stored data alone: the best finalist that also held up when re-measured."""
+    """From stored data alone: the best search finalist that also held up when re-measured.
+
+    Every finalist counts, not only the best few: a validated winner stays the answer until
+    one ranked above it is validated too, however many unvalidated ones are found after it.
+    Those are named in `pending`."""
     searched = outcomes(store, target, arch_keys, "search")
     checks = {o.evaluation.config_key: o for o in outcomes(store, target, arch_keys, "validate")}
-    for finalist in finalists(searched, FINALISTS):
-        check = checks.get(finalist.evaluation.config_key)
-        if check is not None and check.faster:
-            row = finalist.evaluation
+    pending: list[str] = []
+    ranked = finalists(searched)
+    for finalist in ranked:
+        row = finalist.evaluation
+        check = checks.get(row.config_key)
+        if check is None:
+            pending.append(row.config_key)
+        elif check.faster:
             flags = {lang: tuple(f) for lang, f in row.flags.items() if f}
             gains = tuple(WorkloadGain(w, e) for w, e in sorted(check.estimates.items()))
-            return Winner(target, arch_keys, row.config_key, flags, gains, len(searched))
-    return NoWinner(target, arch_keys,
-                    f"no candidate beat the baseline beyond noise ({len(searched)} measured)")
+            return Winner(target, arch_keys, row.config_key, flags, gains, len(searched), tuple(pending))
+    if pending:
+        reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
+                  f"({len(searched)} measured); run tune again to re-measure them")
+    elif ranked:
+        reason = (f"none of the {len(ranked)} candidates faster in the search held up when re-measured "
+                  f"({len(searched)} measured)")
+    else:
+        reason = f"no candidate beat the baseline beyond noise ({len(searched)} measured)"
+    return NoWinner(target, arch_keys, reason, tuple(pending))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ would silently drop the second ``-Xptxas`` of a pair.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -36,6 +37,7 @@ class Dimension:
     stage: int = 1  # 1 = common ... 3 = exotic
     numerics: bool = False  # changes floating-point results
     note: str = ""
+    host_specific: bool = False  # binaries then run only on CPUs like the tuning machine's
 
     @property
     def key(self) -> str:
@@ -74,7 +76,8 @@ def _cxx_dimensions() -> list[Dimension]:
     d = Dimension
     return [
         d("CXX", "O", ("2", "3"), "-O{v}", 1, note="appended after the project's own -O"),
-        d("CXX", "march", ("native",), "-march={v}", 1, note="binaries then need this CPU"),
+        d("CXX", "march", ("native",), "-march={v}", 1, note="binaries then need this CPU",
+          host_specific=True),
         d("CXX", "unroll-loops", ("on",), "-funroll-loops", 1),
         d("CXX", "vect-cost-model", ("cheap", "dynamic", "unlimited"), "-fvect-cost-model={v}", 2),
         d("CXX", "no-math-errno", ("on",), "-fno-math-errno", 2,
@@ -108,6 +111,7 @@ class FlagSpace:
     dimensions: tuple[Dimension, ...]
     rejected: tuple[Rejected, ...] = ()
     excluded_numerics: tuple[str, ...] = ()
+    excluded_host_specific: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -211,11 +215,12 @@ def dimensions_for(language: str) -> list[Dimension]:
 
 def build_space(languages: Iterable[str], compilers: Mapping[str, tuple[str, str]],
                 prober: Prober, allow_numerics_change: bool = False,
-                max_stage: int = 3) -> FlagSpace:
+                max_stage: int = 3, allow_host_specific: bool = False) -> FlagSpace:
     """Probe every value of every dimension; keep what the compiler accepts."""
     kept: list[Dimension] = []
     rejected: list[Rejected] = []
     excluded: list[str] = []
+    excluded_host: list[str] = []
     for language in languages:
         compiler, version = compilers[language]
         dims = [d for d in dimensions_for(language) if d.stage <= max_stage]
@@ -223,6 +228,9 @@ def build_space(languages: Iterable[str], compilers: Mapping[str, tuple[str, str
         if not allow_numerics_change:
             excluded += [d.key for d in numerics]
             dims = [d for d in dims if not d.numerics]
+        if not allow_host_specific:
+            excluded_host += [d.key for d in dims if d.host_specific]
+            dims = [d for d in dims if not d.host_specific]
         verdicts = prober.probe(language, compiler, version,
                                 (d.template.format(v=v) for d in dims for v in d.values))
         for dim in dims:
@@ -234,7 +242,6 @@ def build_space(languages: Iterable[str], compilers: Mapping[str, tuple[str, str
                 else:
                     good.append(value)
             if good:
-                kept.append(Dimension(dim.language, dim.name, tuple(good), dim.template,
-                                      dim.stage, dim.numerics, dim.note))
+                kept.append(dataclasses.replace(dim, values=tuple(good)))
     kept.sort(key=lambda d: d.stage)  # stable: languages keep their order within a stage
-    return FlagSpace(tuple(kept), tuple(rejected), tuple(excluded))
+    return FlagSpace(tuple(kept), tuple(rejected), tuple(excluded), tuple(excluded_host))

@@ -14,6 +14,7 @@ from compileiq_build import __version__
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import Compiler, c_identifier
 from compileiq_build.selection import NoWinner, Portable, Winner
+from compileiq_build.space import dimensions_for
 
 DEFAULT_NAME = "compileiq-toolchain.cmake"
 
@@ -95,6 +96,12 @@ _ENV.filters["no_paths"] = no_paths
 _UNLISTABLE = re.compile(r"[;\[\]\x00\r\n]|\\$")
 
 
+def _host_specific(language: str, flags: Sequence[str]) -> list[str]:
+    """The flags that only CPUs like the tuning machine's can run the code of (-march=native)."""
+    known = {d.flag(v) for d in dimensions_for(language) if d.host_specific for v in d.values}
+    return [f for f in flags if f in known]
+
+
 def _entries(target: str, flags: Mapping[str, tuple[str, ...]], arch_keys: Mapping[str, str]) -> list[dict]:
     for flag in (f for fl in flags.values() for f in fl):
         if _UNLISTABLE.search(flag):
@@ -102,7 +109,8 @@ def _entries(target: str, flags: Mapping[str, tuple[str, ...]], arch_keys: Mappi
                                  "a final backslash) that a CMake list cannot hold; it is not written.")
     return [{"target": target, "language": lang, "arch": arch_keys[lang],
              "variable": variable_name(c_identifier(target), lang, arch_keys[lang]),
-             "flags": flags[lang]} for lang in sorted(flags)]
+             "flags": flags[lang], "host_specific": _host_specific(lang, flags[lang])}
+            for lang in sorted(flags)]
 
 
 def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance,

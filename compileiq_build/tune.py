@@ -35,6 +35,7 @@ from compileiq_build.selection import (
     decide,
     finalists,
     outcomes,
+    pending_validation,
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
 from compileiq_build.store import STORE, Store, open_store
@@ -60,6 +61,7 @@ class TuneOptions:
     precision: float = 0.005  # stop pairing once the interval is this narrow (relative)
     measure_time_cap: float = 300.0  # seconds per workload and candidate
     allow_numerics_change: bool = False
+    allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
     max_stage: int = 3
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
@@ -263,14 +265,9 @@ class Tuner:
             if evaluator.dedup_hits:
                 self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
                                  "of one measured before and reused its measurement")
-            decision = self._validate(evaluator, store, space)
-            if isinstance(decision, Winner):
-                result.winners.append(decision)
-                self.report.note(f"{target.name}: winner {decision.config_key} "
-                                 f"({decision.speedup:.3f}x)")
-            else:
-                result.losers.append(decision)
-                self.report.note(f"{target.name}: {decision.reason}; it keeps the project's flags")
+            decision, remeasured = self._validate(evaluator, store, space)
+            (result.winners if isinstance(decision, Winner) else result.losers).append(decision)
+            self.report.note(decision_note(decision, remeasured))
         for worker in workers:
             worker.reset()
         output = self._output()
@@ -331,19 +328,29 @@ class Tuner:
         compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
         extra = {"CUDA": [f"-arch=sm_{arch}"] if arch else []}
         prober = Prober(self.build_dir / "compileiq" / "probe", extra)
-        space = build_space(target.languages, compilers, prober,
-                            self.options.allow_numerics_change, self.options.max_stage)
+        space = build_space(target.languages, compilers, prober, self.options.allow_numerics_change,
+                            self.options.max_stage, self.options.allow_host_specific)
         if self.options.dimensions:
             known = {d.name for d in space.dimensions} | {d.key for d in space.dimensions}
             unknown = [n for n in self.options.dimensions if n not in known]
+            left_out = {n for k in space.excluded_host_specific for n in (k, k.split(":", 1)[1])}
+            host = [n for n in unknown if n in left_out]
+            if host:
+                raise CompileIQError(f"--dimensions names {', '.join(host)}, whose flags make binaries "
+                                     "that run only on CPUs like this one; add --allow-host-specific "
+                                     "to tune it.")
             if unknown:
                 raise CompileIQError(f"--dimensions names {', '.join(unknown)}, not in the space of "
                                      f"{target.name}: {', '.join(sorted(d.name for d in space.dimensions))}")
             space = FlagSpace(tuple(d for d in space.dimensions if d.name in self.options.dimensions
                                     or d.key in self.options.dimensions), space.rejected,
-                              space.excluded_numerics)
+                              space.excluded_numerics, space.excluded_host_specific)
         for r in space.rejected:
             self.report.note(f"dropped {r.flag}: {r.reason}")
+        if space.excluded_host_specific:
+            self.report.note(f"{target.name}: left out {', '.join(space.excluded_host_specific)}: "
+                             "binaries would run only on CPUs like this one (--allow-host-specific "
+                             "tries them)")
         return space
 
     @staticmethod
@@ -410,14 +417,14 @@ class Tuner:
         o = self.options
         return Sampling(o.repeats, max(o.repeats, o.max_repeats), o.precision, o.measure_time_cap)
 
-    def _validate(self, evaluator: Evaluator, store: Store, space: FlagSpace) -> Winner | NoWinner:
-        """Re-measure the best few with twice the runs: a best-of-N pick is biased low."""
+    def _validate(self, evaluator: Evaluator, store: Store,
+                  space: FlagSpace) -> tuple[Winner | NoWinner, list[str]]:
+        """Re-measure the best few candidates ranked above the current answer with twice the runs
+        (a best-of-N pick is biased low); returns the decision and what this run re-measured."""
         name, arch = evaluator.target.name, evaluator.arch_keys
-        validated = {o.evaluation.config_key for o in outcomes(store, name, arch, "validate")}
-        for finalist in finalists(outcomes(store, name, arch, "search"), FINALISTS):
+        remeasured: list[str] = []
+        for finalist in pending_validation(store, name, arch)[:FINALISTS]:
             row = finalist.evaluation
-            if row.config_key in validated:
-                continue
             self.check_interrupt()
             if self.out_of_time():
                 self.report.note(f"{name}: time limit reached before {row.config_key} was validated; "
@@ -429,10 +436,11 @@ class Tuner:
             check = evaluator.evaluate(row.config, flags, row.strategy, "validate", built,
                                        numerics=space.changes_numerics(row.config),
                                        sampling=self._sampling().scaled(2))
+            remeasured.append(row.config_key)
             if check.faster:
                 break
             self.report.note(f"{name}: {row.config_key} did not hold up when re-measured")
-        return decide(store, name, arch)
+        return decide(store, name, arch), remeasured
 
     def _environment(self) -> dict[str, object]:
         compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}
@@ -441,6 +449,24 @@ class Tuner:
     def _provenance(self) -> Provenance:
         date = datetime.datetime.now(datetime.UTC).date().isoformat()
         return provenance([self._environment()], self.project.compilers, self.options.strategy, date)
+
+
+def decision_note(decision: Winner | NoWinner, remeasured: Sequence[str]) -> str:
+    """The log line of a target's decision; when the winner is not what this run re-measured,
+    it says why it stays the winner."""
+    name = decision.target
+    if isinstance(decision, NoWinner):
+        return f"{name}: {decision.reason}; it keeps the project's flags"
+    if decision.config_key in remeasured:
+        return f"{name}: winner {decision.config_key} ({decision.speedup:.3f}x)"
+    why = []
+    if failed := [k for k in remeasured if k != decision.config_key]:
+        why.append(f"{', '.join(failed)} did not hold up when re-measured")
+    if decision.pending:
+        why.append(f"{', '.join(decision.pending)} {'is' if len(decision.pending) == 1 else 'are'} "
+                   "faster in the search but not validated yet")
+    return (f"{name}: {''.join(f'{w}; ' for w in why)}{decision.config_key}, validated in an earlier run, "
+            f"stays the winner ({decision.speedup:.3f}x)")
 
 
 def tune(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:

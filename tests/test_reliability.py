@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -48,25 +49,31 @@ def _wait_for(build: Path, query: str, at_least: int, proc: subprocess.Popen, li
 def test_sigkill_mid_run_then_resume(cxx_project, configure):
     build = cxx_project / "build"
     configure(cxx_project, build)
-    args = [*TUNE, str(build), "--budget", "5", "--repeats", "3"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # One candidate tree, and benchmark runs of at least 0.5 s: when the kill lands, the evaluation
+    # seen measuring has at least 5 more runs to go, so it is the one left in flight.
+    args = [*TUNE, str(build), "--budget", "5", "--repeats", "3", "--jobs", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "BENCH_SLEEP_MS": "500"})
     _wait_for(build, "SELECT COUNT(*) FROM evaluations WHERE status='measured'", 2, proc)
-    _wait_for(build, "SELECT COUNT(*) FROM evaluations WHERE status='running'", 1, proc)
+    _wait_for(build, "SELECT COUNT(*) FROM evaluations e WHERE status='running' AND EXISTS "
+              "(SELECT 1 FROM samples s WHERE s.evaluation_id = e.id)", 1, proc)
     proc.kill()
     proc.wait()
     before = _rows(build, "SELECT * FROM samples ORDER BY id")
     done = _rows(build, "SELECT config_key FROM evaluations WHERE status='measured'")
+    ((in_flight,),) = _rows(build, "SELECT id FROM evaluations WHERE status='running'")
     assert len(done) >= 2 and before
 
     again = subprocess.run(args, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     after = _rows(build, "SELECT * FROM samples ORDER BY id")
     assert after[:len(before)] == before  # every sample taken before the kill is kept as it was
-    statuses = _rows(build, "SELECT config_key, status FROM evaluations WHERE phase='search'")
-    measured = [k for k, s in statuses if s == "measured"]
+    statuses = _rows(build, "SELECT id, config_key, status FROM evaluations WHERE phase='search'")
+    measured = [k for _, k, s in statuses if s == "measured"]
     assert len(measured) == 5 and len(set(measured)) == 5  # nothing measured twice
     assert {k for (k,) in done} <= set(measured)
-    assert ("interrupted" in {s for _, s in statuses}) or len(statuses) == 5
+    # The evaluation the kill cut short is marked so, and is the only one that is not measured.
+    assert [(i, s) for i, _, s in statuses if s != "measured"] == [(in_flight, "interrupted")]
     assert (cxx_project / "compileiq-toolchain.cmake").is_file()
 
 

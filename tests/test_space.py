@@ -38,6 +38,24 @@ def test_cxx_space_excludes_numerics_unless_allowed(tmp_path):
     assert stages == sorted(stages)
 
 
+def test_cxx_space_leaves_out_host_specific_options_unless_allowed(tmp_path):
+    cxx = find_tool("c++")
+    assert cxx
+    portable = build_space(["CXX"], {"CXX": (cxx, "v")}, Prober(tmp_path))
+    assert "CXX:march" not in [d.key for d in portable.dimensions]
+    assert portable.excluded_host_specific == ("CXX:march",)
+    native = build_space(["CXX"], {"CXX": (cxx, "v")}, Prober(tmp_path), allow_host_specific=True)
+    (march,) = [d for d in native.dimensions if d.key == "CXX:march"]
+    assert march.host_specific and march.values == ("native",)
+    assert native.excluded_host_specific == ()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    shown = subprocess.run([sys.executable, "-m", "compileiq_build", "space", "--language", "CXX"],
+                           capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert ("excluded CXX:march: binaries run only on CPUs like this one (--allow-host-specific)"
+            in shown.stdout)
+
+
 def test_cuda_space_matches_the_installed_nvcc(tmp_path, nvcc):
     space = build_space(["CUDA"], {"CUDA": (nvcc, "v")}, Prober(tmp_path, {"CUDA": ["-arch=sm_90"]}))
     dims = {d.name: d for d in space.dimensions}

@@ -74,3 +74,14 @@ def test_bracket_level_grows_past_closing_text():
     assert bracket("a") == "[=[a]=]"
     assert bracket("x]=]y") == "[==[x]=]y]==]"
     assert json.dumps(variable_name("a-b.c", "CXX", "x86_64")) == '"COMPILEIQ_FLAGS_a_b_c_CXX_x86_64"'
+
+
+def test_host_specific_flags_are_marked_in_the_file():
+    march = Winner("saxpy", {"CXX": "x86_64"}, "k", {"CXX": ("-O3", "-march=native")},
+                   (WorkloadGain("w", RatioEstimate(0.5, 0.4, 0.6, 10)),), 3)
+    text = render([march], [], PROV)
+    assert ("# saxpy: CXX for x86_64\n# -march=native: specific to the CPU of the machine it was tuned on\n"
+            "# (tune --allow-host-specific); on other CPUs the binaries may stop with an illegal "
+            "instruction.\nset(COMPILEIQ_FLAGS_saxpy_CXX_x86_64\n") in text
+    plain = Winner("saxpy", {"CXX": "x86_64"}, "k", {"CXX": ("-O3",)}, march.gains, 3)
+    assert "specific to the CPU" not in render([plain], [], PROV)
