@@ -57,6 +57,11 @@ class Proposals:
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
                        baseline_code=self.baseline_code)
 
+    def evaluations(self) -> int:
+        """Evaluations finished: distinct machine codes measured (those of earlier runs too)."""
+        trials, _ = self.history()
+        return Context(self.space, trials, baseline_code=self.baseline_code).spent
+
     def next(self, may_wait: bool) -> Proposal | None:
         """The next proposal, or None.  A caller with nothing in flight may wait for other
         workers' results when the strategy needs them to propose more."""
@@ -144,7 +149,7 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     if proposals.finished or proposals.halt():
                         continue  # stopping: compiled but not measured, nothing is recorded
                     built = future.result()
-                    report.evaluating(name, proposals.context().spent, config_key(config))
+                    report.evaluating(name, proposals.evaluations(), config_key(config))
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config))
                     report.outcome(name, outcome, proposal.phase)

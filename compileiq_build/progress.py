@@ -121,6 +121,8 @@ class Reporter:
             elif outcome.faster and outcome.ratio:
                 state.best = max(state.best, 1 / outcome.ratio)
             proposed = f"{phase}: " if phase else ""
+            if outcome.evaluation.same_as:  # no evaluation spent: the measurement of the same code
+                proposed += f"(machine code of evaluation {outcome.evaluation.same_as}) "
             line = (f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
                     f"{state.failed} failed, ETA {self.eta()}] {proposed}{key}: {describe(outcome)}")
         self._print(line)
