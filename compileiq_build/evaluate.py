@@ -4,16 +4,36 @@ Pairs run in a random order (a fixed order would turn any first-run/second-run
 effect into a fake gain) and continue adaptively: from `min_pairs` on, a
 workload stops once its interval has decided (entirely below or above 1) or is
 narrower than `precision`, and at the latest after `max_pairs` or `time_cap`.
+
+Racing (search phase only; validation measures fully): from `RACE_PAIRS` pairs on, a
+candidate that can no longer be a winner is raced out, and its remaining benchmarks are
+not run.  The margin of a workload is max(`RACE_FLOOR`, `RACE_SIGMAS` x the standard
+deviation of its log paired ratio), that deviation pooled over the target's earlier
+search evaluations (median |difference of successive log ratios| / 0.954); a workload
+without 8 such differences yet is never raced.  The candidate is raced out when
+
+(a) a workload's interval lies above 1 + margin: it can never be faster on every
+    workload, which a winner needs; or
+(b) the geometric mean of its intervals' low ends (its optimistic bound; earlier
+    benchmarks' final low ends included, so only while measuring the last one) lies
+    above reference x (1 + mean margin).  The reference is the ratio of the
+    `FINALISTS`-th best candidate faster than the baseline so far: `decide` validates
+    that many finalists, and the second best wins when the best fails validation.
+
+With 2 pairs the low end is the smaller ratio: a candidate truly as good as the
+reference is raced out with probability P(z > 3)^2 = 2e-6 under normal noise.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 
 from compileiq_build.build import BuildResult
 from compileiq_build.errors import CompileIQError
@@ -22,15 +42,22 @@ from compileiq_build.measure import Run, coarse_values, compare_evidence
 from compileiq_build.parsers import ParseError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Target
-from compileiq_build.selection import SAME_AS_BASELINE, Outcome, summarize
+from compileiq_build.selection import FINALISTS, SAME_AS_BASELINE, Outcome, finalists, outcomes, summarize
 from compileiq_build.space import config_key
-from compileiq_build.stats import ratio_estimate
+from compileiq_build.stats import geometric_mean, ratio_estimate
 from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
 from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker
 
 # A candidate this much slower on its first pairs is not measured further.
 HOPELESS_RATIO = 1.5
 HOPELESS_PAIRS = 2
+
+# Racing: see the module docstring.
+RACE_PAIRS = 2
+RACE_FLOOR = 0.005
+RACE_SIGMAS = 3.0
+RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
+NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
 
 
 @dataclass(frozen=True)
@@ -45,11 +72,52 @@ class Sampling:
                         self.time_cap * factor)
 
 
-def sampling_done(costs: Mapping[str, tuple[list[float], list[float]]], pairs: int, sampling: Sampling,
-                  elapsed: float) -> bool:
+@dataclass(frozen=True)
+class Race:
+    """What a search candidate races against (module docstring)."""
+
+    reference: float | None  # the FINALISTS-th best ratio faster than the baseline; None: fewer
+    noise: Mapping[str, float]  # workload entry -> standard deviation of its log paired ratio
+    settled: Mapping[str, float] = field(default_factory=dict)  # earlier benchmarks' final low ends
+    last: bool = True  # measuring the evaluation's last benchmark: rule (b) bounds every workload
+
+    def margin(self, workload: str) -> float | None:
+        sigma = self.noise.get(workload)
+        return None if sigma is None else max(RACE_FLOOR, RACE_SIGMAS * sigma)
+
+
+Costs = Mapping[str, tuple[list[float], list[float]]]
+
+
+def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
+    """Why the candidate can no longer be a winner, or "" while it still can."""
+    if race is None or pairs < RACE_PAIRS:
+        return ""
+    lows = dict(race.settled)
+    for workload, (cand, base) in costs.items():
+        lows[workload] = ratio_estimate(cand, base).low
+        margin = race.margin(workload)
+        if margin is not None and lows[workload] > 1 + margin:
+            return (f"raced out after {pairs} pairs: {workload} at least {lows[workload] - 1:.1%} "
+                    "slower than the baseline")
+    margins = [race.margin(w) for w in lows]
+    if race.reference is None or not race.last or None in margins:
+        return ""
+    bound = geometric_mean(list(lows.values()))
+    mean_margin = sum(m for m in margins if m is not None) / len(margins)
+    if bound > race.reference * (1 + mean_margin):
+        return (f"raced out after {pairs} pairs: at best {1 / bound:.3f}x, the finalists reach "
+                f"{1 / race.reference:.3f}x")
+    return ""
+
+
+def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
+                  race: Race | None = None) -> bool:
     """The stopping rule: costs maps each workload entry to (candidate, baseline) costs, paired."""
     ratios = [[c / b for c, b in zip(*pair, strict=True)] for pair in costs.values()]
     if pairs >= HOPELESS_PAIRS and any(min(r) > HOPELESS_RATIO for r in ratios):
+        return True
+    if raced_out(costs, pairs, race):
         return True
     if elapsed > sampling.time_cap:
         return True
@@ -180,13 +248,43 @@ class Evaluator:
                                          built.result.seconds)
             return self._outcome(evaluation)
         status, reason = MEASURED, ""
-        for bench in self.benchmarks:
-            error = self._measure(evaluation, bench, sampling, numerics, built)
+        race = self._race(evaluation) if phase == "search" else None
+        for i, bench in enumerate(self.benchmarks):
+            if race is not None:
+                race = replace(race, last=i == len(self.benchmarks) - 1)
+            error, costs = self._measure(evaluation, bench, sampling, numerics, built, race)
             if error:
                 status, reason = INVALID, f"{bench.workload}: {error}"
                 break
+            if race is not None and costs:
+                reason = raced_out(costs, len(next(iter(costs.values()))[0]), race)
+                if reason:
+                    break  # its remaining benchmarks cannot make it a winner either
+                lows = {w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}
+                race = replace(race, settled={**race.settled, **lows})
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
+
+    def _race(self, evaluation: int) -> Race:
+        """The reference and each workload's noise, from the target's earlier search evaluations
+        (tens of rows: cheap enough at the start of every evaluation)."""
+        best = finalists([o for o in outcomes(self.store, self.target.name, self.arch_keys, "search")
+                          if o.evaluation.id != evaluation], FINALISTS)
+        reference = best[-1].ratio if len(best) == FINALISTS else None
+        steps: dict[str, list[float]] = {}
+        for row in self.store.evaluations(self.target.name, self.arch_keys, "search"):
+            if row.status != MEASURED or row.same_as is not None:
+                continue
+            paired: dict[str, dict[int, dict[str, float]]] = {}
+            for workload, role, rep, cost, error in self.store.samples(row.id):
+                if cost and not error:
+                    paired.setdefault(workload, {}).setdefault(rep, {})[role] = cost
+            for workload, reps in paired.items():
+                logs = [math.log(p["candidate"] / p["baseline"]) for _, p in sorted(reps.items())
+                        if len(p) == 2]
+                steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
+        noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
+        return Race(reference, noise)
 
     def _same_code(self, evaluation: int, phase: str, built: Built) -> int | None:
         """Record the candidate's code digest and compile-time features; in the search, return
@@ -204,9 +302,9 @@ class Evaluator:
         return twin
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
-                 built: Built) -> str:
-        """Paired runs on the candidate's worker until the comparison is decided or precise;
-        returns the candidate's error."""
+                 built: Built, race: Race | None) -> tuple[str, Costs]:
+        """Paired runs on the candidate's worker until the comparison is decided or precise, or
+        the candidate is raced out; returns the candidate's error and the paired costs."""
         worker, slot = built.worker, built.compiled.slot
         timeout = self._timeout(bench)
         order = random.Random(f"{evaluation}:{bench.index}")
@@ -226,7 +324,7 @@ class Evaluator:
                         slowed.append(runs[role])
                 cand, base = runs["candidate"], runs["baseline"]
                 if not cand.ok:
-                    return cand.error
+                    return cand.error, costs
                 if not base.ok:
                     raise CompileIQError(
                         f"benchmark '{bench.workload}' failed with the project's own flags during "
@@ -235,17 +333,17 @@ class Evaluator:
                                             bench.tolerance if numerics else None)
                 if mismatch:
                     what = "checksum" if bench.checksum else "output file"
-                    return f"{what} {mismatch}"
+                    return f"{what} {mismatch}", costs
                 base_by_entry = {b.workload: b for b in base.samples}
                 if {c.workload for c in cand.samples} != set(base_by_entry):
-                    return "the candidate reported other entries than the baseline"
+                    return "the candidate reported other entries than the baseline", costs
                 for c in cand.samples:
                     pair = costs.setdefault(c.workload, ([], []))
                     pair[0].append(c.cost or 0.0)
                     pair[1].append(base_by_entry[c.workload].cost or 0.0)
-                if sampling_done(costs, rep + 1, sampling, time.monotonic() - start):
+                if sampling_done(costs, rep + 1, sampling, time.monotonic() - start, race):
                     break
-            return ""
+            return "", costs
         finally:
             self._warn_slowdowns(bench, slowed, runs_done)
 

@@ -49,7 +49,9 @@ def describe(outcome: Outcome) -> str:
     for workload, e in outcome.estimates.items():
         upper = f"{1 / e.low:.3f}" if e.low > 0 else "inf"
         parts.append(f"{workload} {e.speedup:.3f}x [{1 / e.high:.3f}, {upper}] ({e.pairs} pairs)")
-    return f"{outcome.verdict}: " + "; ".join(parts)
+    # A measured evaluation's reason says why it stopped early (raced out).
+    stopped = outcome.evaluation.reason if outcome.evaluation.same_as is None else ""
+    return f"{outcome.verdict}: " + "; ".join(parts) + (f"; {stopped}" if stopped else "")
 
 
 class Reporter:

@@ -1,0 +1,125 @@
+"""Racing in the search stage: a candidate that can no longer be a winner stops early, one
+that still can never does.  Deterministic: constructed costs and seeded simulations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import cxx_evaluator
+
+from compileiq_build.evaluate import RACE_PAIRS, Race, Sampling, raced_out, sampling_done
+from compileiq_build.measure import Sample
+from compileiq_build.progress import describe
+from compileiq_build.stats import ratio_estimate
+from compileiq_build.store import MEASURED
+
+NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)
+SIMULATIONS = 2000
+
+
+def search(rng: np.random.Generator, ratio: float, race: Race | None, workloads: int = 1,
+           sampling: Sampling | None = None) -> tuple[int, bool, bool]:
+    """One measurement of a candidate `ratio` times the baseline's cost: (pairs taken, raced
+    out?, called faster?)."""
+    sampling = sampling or Sampling()
+    costs: dict[str, tuple[list[float], list[float]]] = {f"w{i}": ([], []) for i in range(workloads)}
+    for pairs in range(1, sampling.max_pairs + 1):
+        for cand, base in costs.values():
+            base.append(float(np.exp(rng.normal(0, NOISE / np.sqrt(2)))))
+            cand.append(float(ratio * np.exp(rng.normal(0, NOISE / np.sqrt(2)))))
+        if sampling_done(costs, pairs, sampling, 0.0, race):
+            break
+    raced = bool(raced_out(costs, pairs, race))
+    faster = not raced and all(ratio_estimate(c, b).faster for c, b in costs.values())
+    return pairs, raced, faster
+
+
+def race(reference: float | None, workloads: int = 1) -> Race:
+    return Race(reference, {f"w{i}": NOISE for i in range(workloads)})
+
+
+def test_a_candidate_3_percent_slower_than_the_finalists_stops_after_2_pairs():
+    costs = {"w0": ([1.0, 1.001], [1.0, 1.0])}  # 0.97 x 1.03: about the baseline's cost
+    assert not sampling_done(costs, 2, Sampling(), 0.0)  # without racing: 5 pairs
+    assert sampling_done(costs, RACE_PAIRS, Sampling(), 0.0, race(0.97))
+    assert raced_out(costs, 2, race(0.97)) == ("raced out after 2 pairs: at best 1.000x, "
+                                               "the finalists reach 1.031x")
+
+
+def test_a_candidate_slower_on_one_workload_stops_without_a_reference():
+    costs = {"w0": ([0.95, 0.95], [1.0, 1.0]), "w1": ([1.12, 1.14], [1.0, 1.0])}
+    assert raced_out(costs, 2, race(None, workloads=2)) == (
+        "raced out after 2 pairs: w1 at least 12.0% slower than the baseline")
+
+
+def test_no_racing_without_known_noise_or_before_2_pairs():
+    slow = {"w0": ([1.2], [1.0])}
+    assert not raced_out(slow, 1, race(0.97))
+    assert not raced_out({"w0": ([1.2, 1.2], [1.0, 1.0])}, 2, Race(0.97, {}))
+
+
+def test_the_bound_waits_for_the_last_benchmark():
+    # A later benchmark's workloads are unknown: they could make up for this one.
+    costs = {"w0": ([1.0, 1.0], [1.0, 1.0])}
+    assert not raced_out(costs, 2, Race(0.97, {"w0": NOISE}, last=False))
+    assert raced_out(costs, 2, Race(0.97, {"w0": NOISE, "w1": NOISE}, settled={"w1": 0.99}))
+    assert not raced_out(costs, 2, Race(0.97, {"w0": NOISE, "w1": NOISE}, settled={"w1": 0.9}))
+
+
+@pytest.mark.parametrize("reference", [None, 0.99])
+def test_a_candidate_1_percent_faster_is_never_raced_out(reference):
+    # Against finalists exactly as fast as it (0.99), the hardest case that must keep racing.
+    rng = np.random.default_rng(1)
+    runs = [search(rng, 0.99, race(reference)) for _ in range(SIMULATIONS)]
+    assert sum(raced for _, raced, _ in runs) / SIMULATIONS < 0.01
+    assert sum(faster for *_, faster in runs) / SIMULATIONS >= 0.95
+
+
+@pytest.mark.parametrize("reference", [None, 0.99])
+def test_an_identical_candidate_is_called_faster_no_more_often_than_without_racing(reference):
+    # The same draws with and without racing: racing only ever stops a candidate sooner.
+    rates = {}
+    for racing in (None, race(reference)):
+        rng = np.random.default_rng(2)
+        rates[racing is None] = [search(rng, 1.0, racing) for _ in range(SIMULATIONS)]
+    called = [sum(faster for *_, faster in runs) / SIMULATIONS for runs in rates.values()]
+    assert called[1] <= called[0] < 0.06  # the search stage's sign test, looked at up to 20 times
+    rng = np.random.default_rng(3)
+    validation = Sampling().scaled(2)
+    winners = sum(search(rng, 1.0, race(reference))[2] and search(rng, 1.0, None, sampling=validation)[2]
+                  for _ in range(SIMULATIONS))
+    assert winners / SIMULATIONS < 0.01  # search then validation, as `decide` needs
+    if reference is not None:  # racing saves pairs on it
+        assert np.mean([p for p, *_ in rates[False]]) < 0.8 * np.mean([p for p, *_ in rates[True]])
+
+
+def test_clearly_slower_candidates_take_2_pairs():
+    rng = np.random.default_rng(3)
+    for ratio in (1 / 0.88, 1.5):
+        runs = [search(rng, ratio, race(None, workloads=2)) for _ in range(200)]
+        assert all(pairs == 2 and raced for pairs, raced, _ in runs)
+
+
+def test_the_evaluator_races_out_a_candidate_and_says_so(cxx_project, configure):
+    # Real builds and benchmark runs; the history (3 finalists 100x faster than the -O0 baseline,
+    # where -O1 is about 7x; noise 0.1%) is written into the store as earlier evaluations would.
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    workload = evaluator.benchmarks[0].workload
+    for i in range(3):
+        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
+                                     {"fake": str(i)}, {}, "test", "search")
+        for rep in range(5):
+            for role, cost in (("candidate", 0.01 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
+                store.add_sample(row, role, rep, Sample(workload, cost, cost, 0.1, 0, ""))
+        store.finish_evaluation(row, MEASURED)
+    built = evaluator.build({"CXX": ("-O1",)}, evaluator.workers[0], 0)
+    outcome = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "search", built,
+                                 sampling=Sampling(5, 10))
+    assert outcome.valid and outcome.estimates[workload].pairs == 2
+    assert outcome.evaluation.reason.startswith("raced out after 2 pairs: at best")
+    assert describe(outcome).endswith(f"(2 pairs); {outcome.evaluation.reason}")
+    # Validation measures fully.
+    check = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "validate", built,
+                               sampling=Sampling(5, 10))
+    assert check.estimates[workload].pairs >= 5 and not check.evaluation.reason
+    store.close()
