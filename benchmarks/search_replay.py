@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.peers import PEERS, BudgetSpent, PeerUnavailable
-from compileiq_build.space import DEFAULT, Dimension, FlagSpace
+from compileiq_build.space import DEFAULT, Dimension, FlagSpace, dimensions_for
 from compileiq_build.strategies import (
     Candidate,
     Context,
@@ -113,8 +113,13 @@ def without_features(table: Table) -> Table:
 
 
 def space_of(table: Table) -> FlagSpace:
-    return FlagSpace(tuple(Dimension(LANGUAGE, d, tuple(v for v in labels if v != DEFAULT), "{v}")
-                           for d, labels in table.dims.items()))
+    """The table's dimensions, in the order `tune` searches them where their names are the tool's
+    (stage, then the order of its flag list): a table written by `report --table` has them sorted
+    by name."""
+    order = {d.name: (d.stage, i) for lang in ("CUDA", "CXX") for i, d in enumerate(dimensions_for(lang))}
+    names = sorted(table.dims, key=lambda d: order.get(d, (4, 0)))
+    return FlagSpace(tuple(Dimension(LANGUAGE, d, tuple(v for v in table.dims[d] if v != DEFAULT), "{v}",
+                                     order.get(d, (4, 0))[0]) for d in names))
 
 
 def _keyed(row: dict[str, str]) -> dict[str, str]:
@@ -206,6 +211,7 @@ OURS: dict[str, Callable[[int, list[Trial]], Strategy]] = {
     "random": lambda seed, prior: RandomSearch(seed),
     "staged": lambda seed, prior: Staged(),
     "model": lambda seed, prior: ModelGuided(seed, prior=prior),
+    "model-trees": lambda seed, prior: ModelGuided(seed, prior=prior, residual=False),
 }
 
 

@@ -108,7 +108,8 @@ class ModelGuided:
     name = "model"
 
     def __init__(self, seed: int = 0, ensemble: int = 8, kappa: float = 1.0, noise: float = 0.002,
-                 prior: Sequence[Trial] = ()) -> None:
+                 prior: Sequence[Trial] = (), residual: bool = True) -> None:
+        self.residual = residual
         self.seed = seed
         self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
         self.ensemble = ensemble
@@ -239,10 +240,17 @@ class ModelGuided:
         mean = x_pool @ effects
         var = np.einsum("ij,jk,ik->i", x_pool, covariance, x_pool)
         if len(train) >= MIN_ROWS_FOR_TREES:
-            residual = target - x_train @ effects
-            trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
-            mean = mean + trees.mean(axis=0)
-            var = var + trees.var(axis=0)
+            # Where most candidates' compiled code is known, the trees see it (registers, spills,
+            # instruction mix) and model the ratio themselves: an option's effect then depends on
+            # what it does to the code (-maxrregcount=255 costs 30% alone on a GEMM and nothing
+            # beside a lower register-usage level), which additive effects cannot express.
+            with_code = sum(bool(c.features) for c in context.known) >= len(pool) // 2 > 0
+            if self.residual and not with_code:
+                trees = self._ensemble(context, train, target - x_train @ effects, weight, pool, rng, bool(prior))
+                mean, var = mean + trees.mean(axis=0), var + trees.var(axis=0)
+            else:
+                trees = self._ensemble(context, train, target, weight, pool, rng, bool(prior))
+                mean, var = trees.mean(axis=0), trees.var(axis=0) + 0.25 * var
         return mean, np.sqrt(var)
 
     def _noise(self, measured: Sequence[tuple[Config, Trial]]) -> tuple[float, bool]:
@@ -269,8 +277,14 @@ class ModelGuided:
         for i, d in enumerate(context.space.dimensions):
             columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs],
                                               categories=[DEFAULT, *d.values])
-        features = {config_key(context.space.full_config(c.config)): c.features for c in context.known}
-        rows = [features.get(config_key(c), {}) for c in configs]
+        # Features are the code's: a configuration of a code whose features are known has them.
+        by_code = {c.code: c.features for c in context.known if c.code and c.features}
+        codes = context.codes
+        features = {config_key(context.space.full_config(c.config)): c.features or by_code.get(c.code, {})
+                    for c in context.known}
+        rows = [features.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
+        # Totals over kernels: per-kernel columns are many, for few rows.
+        rows = [{k: v for k, v in r.items() if k.startswith("all:")} or r for r in rows]
         for j, name in enumerate(sorted({k for r in rows for k in r})):
             columns[f"f{j}"] = [float(r.get(name, math.nan)) for r in rows]
         return pd.DataFrame(columns)
