@@ -246,7 +246,8 @@ class ModelGuided:
             # beside a lower register-usage level), which additive effects cannot express.
             with_code = sum(bool(c.features) for c in context.known) >= len(pool) // 2 > 0
             if self.residual and not with_code:
-                trees = self._ensemble(context, train, target - x_train @ effects, weight, pool, rng, bool(prior))
+                residual = target - x_train @ effects
+                trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
                 mean, var = mean + trees.mean(axis=0), var + trees.var(axis=0)
             else:
                 trees = self._ensemble(context, train, target, weight, pool, rng, bool(prior))
