@@ -3,17 +3,25 @@
 Each peer searches a discrete space (dimension -> value labels) by calling `evaluate` on
 configurations until `budget` distinct ones were measured.  A repeated configuration is
 answered from a cache and does not count; a peer stops anyway after 20 * budget trials, or
-once every configuration of the space was measured.  The engines are optional dependencies
-(`pip install optuna compileiq`), imported only when a peer runs.
+once every configuration of the space was measured.  `evaluate` may end the run itself by
+raising `BudgetSpent`, and may answer a configuration without spending budget by returning
+its time as a `Free` float (see `_Run`).  The engines are optional dependencies (`pip install
+-e '.[bench]'`: optuna, compileiq, smac, kernel_tuner), imported only when a peer runs; SMAC 2.4
+fits its own random forest on scikit-learn, so it needs neither pyrfr nor swig.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import math
+import random
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 Evaluate = Callable[[dict[str, str]], float]  # config (dimension -> label) -> time, lower is better
 Peer = Callable[[dict[str, list[str]], Evaluate, int, int], None]
@@ -29,29 +37,73 @@ class PeerUnavailable(Exception):
     """A peer cannot be imported or run offline; the message says why."""
 
 
+class BudgetSpent(Exception):
+    """Raised by `evaluate` when the replay's budget is used: the peer ends its run there."""
+
+
+class Free(float):
+    """A time `evaluate` answered without spending budget (e.g. the same machine code as a
+    configuration measured before): the peer learns it but does not count it as measured."""
+
+
 class _Run:
-    """Applies the shared budget rule: one evaluation per distinct config, a cap on trials."""
+    """Applies the shared budget rule: one evaluation per distinct config, a cap on trials.
+
+    The run ends once `budget` distinct configs were measured (a `Free` answer is not a
+    measurement), every config of the space was answered, the trial cap was reached, or
+    `evaluate` raised `BudgetSpent`.  After that a call evaluates nothing: a config it has not
+    answered before gets inf, so an engine can finish the step it is in.
+    """
 
     def __init__(self, dims: dict[str, list[str]], evaluate: Evaluate, budget: int) -> None:
         self.names = tuple(dims)
         self.evaluate = evaluate
-        # A space smaller than the budget ends the run once it is exhausted.
-        self.target = min(budget, math.prod(len(labels) for labels in dims.values()))
+        self.budget = budget
+        self.size = math.prod(len(labels) for labels in dims.values())
         self.max_trials = TRIALS_PER_BUDGET * budget
         self.trials = 0
+        self.measured = 0
+        self.spent = False
         self.times: dict[tuple[str, ...], float] = {}
 
     @property
     def left(self) -> int:
-        """Distinct configs still to evaluate (0 once the trial cap is reached)."""
-        return 0 if self.trials >= self.max_trials else self.target - len(self.times)
+        """Distinct configs still to measure (0 once the run has ended)."""
+        if self.spent or self.trials >= self.max_trials or len(self.times) >= self.size:
+            return 0
+        return self.budget - self.measured
 
     def __call__(self, config: dict[str, str]) -> float:
-        self.trials += 1
         key = tuple(config[name] for name in self.names)
-        if key not in self.times:
-            self.times[key] = self.evaluate(dict(zip(self.names, key, strict=True)))
-        return self.times[key]
+        if key in self.times:
+            self.trials += 1
+            return self.times[key]
+        if not self.left:
+            return math.inf
+        self.trials += 1
+        try:
+            t = self.evaluate(dict(zip(self.names, key, strict=True)))
+        except BudgetSpent:
+            self.spent = True
+            return math.inf
+        self.times[key] = t
+        if not isinstance(t, Free):
+            self.measured += 1
+        return t
+
+
+class _Penalty:
+    """A finite cost for a failed (inf) config, for engines whose surrogate cannot fit inf:
+    twice the worst finite time seen so far (1.0 before any, as the unit is unknown)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    def __call__(self, t: float) -> float:
+        if math.isfinite(t):
+            self.worst = max(self.worst, t)
+            return t
+        return 2 * self.worst if self.worst > 0 else 1.0
 
 
 def optuna_tpe(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
@@ -131,4 +183,177 @@ def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int
             search.tell(scores)
 
 
-PEERS: dict[str, Peer] = {"optuna-tpe": optuna_tpe, "compileiq": compileiq_engine}
+def smac_hpo(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+    """SMAC3's HyperparameterOptimizationFacade (random-forest BO; its BlackBoxFacade is the GP
+    one), one categorical hyperparameter per dimension, driven through `ask` / `tell`.
+
+    Defaults but two: each config is run once (`deterministic`, and `max_config_calls=1`, as a
+    time is answered once), and the Sobol initial design gets SMAC's own 25% cap (`max_ratio`)
+    applied to the budget rather than to `n_trials`, which is only the trial cap here: at most
+    `budget // 4` configs (at least 2) instead of 10 per dimension.  A failed config is told as
+    CRASHED with twice the worst finite time as its cost (the forest cannot fit inf).  A seed
+    repeats its run within one interpreter only: SMAC's choices also follow Python's per-process
+    string hashing (fix PYTHONHASHSEED to repeat it across processes).
+    """
+    try:
+        from ConfigSpace import Categorical, ConfigurationSpace
+        from smac import HyperparameterOptimizationFacade, Scenario
+        from smac.main.exceptions import ConfigurationSpaceExhaustedException
+        from smac.runhistory.dataclasses import TrialValue
+        from smac.runhistory.enumerations import StatusType
+    except ImportError as exc:
+        raise PeerUnavailable(f"smac is not installed ({exc})") from exc
+    # logging_level=False below leaves the root logger alone; this quiets SMAC's own messages
+    # (e.g. "could not find any new trials" on a small, exhausted space).
+    logging.getLogger("smac").setLevel(logging.CRITICAL)
+
+    run = _Run(dims, evaluate, budget)
+    penalty = _Penalty()
+    space = ConfigurationSpace(seed=seed)
+    space.add([Categorical(name, labels) for name, labels in dims.items()])
+    with tempfile.TemporaryDirectory(prefix="peers-smac-") as out:
+        scenario = Scenario(space, output_directory=Path(out), deterministic=True, n_trials=run.max_trials,
+                            seed=seed)
+        facade = HyperparameterOptimizationFacade
+        initial = max(2, min(10 * len(dims), budget // 4))
+        smac = facade(
+            scenario,
+            target_function=lambda config, seed=0: math.inf,  # never called: ask/tell runs the trials
+            initial_design=facade.get_initial_design(scenario, n_configs=initial),
+            intensifier=facade.get_intensifier(scenario, max_config_calls=1),
+            logging_level=False,
+            overwrite=True,
+        )
+        while run.left:
+            try:
+                info = smac.ask()
+            except (StopIteration, ConfigurationSpaceExhaustedException):  # it found no untried config
+                break
+            t = run(dict(info.config))
+            if not run.spent:
+                status = StatusType.SUCCESS if math.isfinite(t) else StatusType.CRASHED
+                smac.tell(info, TrialValue(cost=penalty(t), status=status))
+
+
+def _kernel_tuner(strategy: str, options: Callable[[int], dict[str, Any]]) -> Peer:
+    """A Kernel Tuner strategy, run through its internal `tune(searchspace, runner, tuning_options)`
+    with a runner that answers each config through `evaluate` (no kernel, no GPU, no cache file).
+
+    Parameters are named p0, p1, ... with the label indices 0..n-1 as values (its BO needs
+    numbers).  `options(budget)` gives the strategy options; `max_fevals` is the space's size, so
+    the budget rule ends the run: once it has, the runner answers None, which Kernel Tuner treats
+    as "budget exhausted" and stops.  Failed configs get a finite time (`_Penalty`): its BO fits
+    a GP on the times, and Kernel Tuner's own failure marker is the largest float.
+    """
+
+    def peer(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+        try:
+            import numpy as np
+            from kernel_tuner.interface import Options, _tuning_options, strategy_map
+            from kernel_tuner.runners.runner import Runner
+            from kernel_tuner.searchspace import Searchspace
+            from kernel_tuner.util import TuningBudget
+            module = strategy_map[strategy]
+            module.tune  # noqa: B018 - the strategy module is imported lazily: fail here, not mid-run
+        except ImportError as exc:
+            raise PeerUnavailable(f"kernel_tuner's {strategy} cannot be imported ({exc})") from exc
+
+        run = _Run(dims, evaluate, budget)
+        penalty = _Penalty()
+        names = list(dims)
+        tune_params = {f"p{i}": list(range(len(dims[name]))) for i, name in enumerate(names)}
+
+        class EvaluateRunner(Runner):
+            """Kernel Tuner's runner interface over `run`: one result dict per config, None once done."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.dev = Options(max_threads=1_000_000_000)  # no block sizes, so no thread limit
+
+            def get_device_info(self) -> Options:
+                return self.dev
+
+            def get_environment(self, tuning_options: Options) -> dict[str, Any]:
+                return {}
+
+            def run(self, parameter_space, tuning_options: Options) -> list[dict[str, Any] | None]:
+                results: list[dict[str, Any] | None] = []
+                for element in parameter_space:
+                    if not run.left:
+                        results.append(None)
+                        continue
+                    config = {name: dims[name][int(v)] for name, v in zip(names, element, strict=True)}
+                    before = len(run.times)
+                    t = run(config)
+                    if run.spent:
+                        results.append(None)
+                        continue
+                    tuning_options.budget.add_evaluations(len(run.times) - before)
+                    results.append({**dict(zip(tune_params, element, strict=True)), "time": penalty(t)})
+                return results
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its notes on popsize and on pruning the space
+            searchspace = Searchspace(tune_params, None, 1_000_000_000)
+        tuning_options = Options({key: None for key in _tuning_options})
+        tuning_options.update(
+            tune_params=tune_params, restrictions=None, restrictions_unmodified=None, objective=["time"],
+            objective_higher_is_better=[False], verbose=False, cache={}, cachefile=None, simulation_mode=True,
+            seed=seed, strategy_options=Options(options(budget), max_fevals=searchspace.size),
+            budget=TuningBudget(max_fevals=searchspace.size),
+        )
+        # Its strategies draw from the global generators of random and numpy.
+        random.seed(seed)
+        np.random.seed(seed)
+        with _seeded_lhs(strategy, seed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                module.tune(searchspace, EvaluateRunner(), tuning_options)
+            except ImportError as exc:  # its BO imports scikit-learn only when it starts
+                raise PeerUnavailable(f"kernel_tuner's {strategy} lacks a dependency ({exc})") from exc
+
+    peer.__doc__ = f"Kernel Tuner's {strategy} strategy (see `_kernel_tuner`)."
+    return peer
+
+
+@contextlib.contextmanager
+def _seeded_lhs(strategy: str, seed: int) -> Iterator[None]:
+    """Kernel Tuner's BO draws its Latin hypercube from SciPy unseeded (fresh OS entropy on every
+    run), so the peer would not be reproducible: give that draw the seed, for this run only."""
+    if strategy != "bayes_opt":
+        yield
+        return
+    from kernel_tuner.strategies import bayes_opt
+
+    unseeded = bayes_opt.LatinHypercube
+    bayes_opt.LatinHypercube = functools.partial(unseeded, rng=seed)
+    try:
+        yield
+    finally:
+        bayes_opt.LatinHypercube = unseeded
+
+
+def _initial_samples(budget: int) -> int:
+    """Kernel Tuner's BO samples 20 configs before modelling, a whole budget of 20: apply the cap
+    the smac peer uses (SMAC's 25% of the budget, at least 2)."""
+    return max(2, min(20, budget // 4))
+
+
+def _population(budget: int) -> int:
+    """Kernel Tuner's GA breeds 26 per generation; as for compileiq, shrink that so 4 generations
+    fit in the budget (4 at least, for crossover to mix), and let the budget, not `maxiter`, end the run."""
+    return max(4, min(26, budget // 4))
+
+
+PEERS: dict[str, Peer] = {
+    "optuna-tpe": optuna_tpe,
+    "compileiq": compileiq_engine,
+    "smac": smac_hpo,
+    # Its default method, "multi-ultrafast", refits the GP only when the last evaluation took 5 times
+    # longer than the last prediction: always for real builds, by the clock's chance for the
+    # replay's instant lookups.  "multi-fast" is that default as it runs on real builds, deterministic.
+    "kernel-tuner-bo": _kernel_tuner("bayes_opt", lambda budget: {
+        "popsize": _initial_samples(budget), "method": "multi-fast"}),
+    "kernel-tuner-ga": _kernel_tuner("genetic_algorithm", lambda budget: {
+        "popsize": _population(budget), "maxiter": TRIALS_PER_BUDGET * budget}),
+}

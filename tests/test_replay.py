@@ -7,6 +7,8 @@ import itertools
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import search_replay
 from compileiq_build.search import RandomSearch
 
@@ -65,3 +67,49 @@ def test_the_model_does_not_stop_short_on_the_recorded_nbody_table():
     results = search_replay.replay(table, budget=37, seeds=20, strategies=["model"])["model"]
     assert results["fraction_at_budget"] == 1.0
     assert results["short_of_95"] == 0
+
+
+# 4 x 4 x 4 labels: large enough that every engine's own stopping rule leaves the budget to ours.
+_DIMS = {"a": ["default", "1", "2", "3"], "b": ["default", "x", "y", "z"], "c": ["default", "p", "q", "r"]}
+
+
+def _drive(peer: str, budget: int, seed: int, spend_at: int | None = None,
+           free: bool = False) -> tuple[list[tuple[str, ...]], int]:
+    """The configs `evaluate` measured, in order, and how often it was called after BudgetSpent.
+    With `free`, configs with c == "p" are answered as Free (not spending budget)."""
+    from benchmarks.peers import PEERS, BudgetSpent, Free
+
+    order = {name: {label: i for i, label in enumerate(labels)} for name, labels in _DIMS.items()}
+    measured: list[tuple[str, ...]] = []
+    after = -1  # calls from the one that raised on
+
+    def evaluate(config: dict[str, str]) -> float:
+        nonlocal after
+        if after >= 0 or (spend_at is not None and len(measured) >= spend_at):
+            after += 1
+            raise BudgetSpent
+        t = 1.0 + sum(order[name][label] * 0.1 for name, label in config.items())
+        if free and config["c"] == "p":
+            return Free(t)
+        measured.append(tuple(config.values()))
+        return t
+
+    PEERS[peer](_DIMS, evaluate, budget, seed)
+    return measured, max(after, 0)
+
+
+@pytest.mark.parametrize("peer, package", [("smac", "smac"), ("kernel-tuner-bo", "kernel_tuner"),
+                                           ("kernel-tuner-ga", "kernel_tuner")])
+def test_a_new_peer_keeps_the_budget_rule(peer, package):
+    pytest.importorskip(package)
+    measured, _ = _drive(peer, budget=10, seed=3)
+    assert len(measured) == 10 and len(set(measured)) == 10  # the budget, never a config twice
+    assert _drive(peer, budget=10, seed=3)[0] == measured  # deterministic for a seed
+    spent, calls_after = _drive(peer, budget=10, seed=3, spend_at=4)
+    assert spent == measured[:4] and calls_after == 0  # BudgetSpent ends the run at once
+
+
+def test_a_free_answer_does_not_spend_the_budget():
+    pytest.importorskip("kernel_tuner")
+    measured, _ = _drive("kernel-tuner-bo", budget=10, seed=0, free=True)
+    assert len(measured) == 10 and len(set(measured)) == 10
