@@ -29,10 +29,6 @@ Peer = Callable[[dict[str, list[str]], Evaluate, int, int], None]
 TRIALS_PER_BUDGET = 20
 
 
-class BudgetSpent(Exception):
-    """Raised by the replay's `evaluate` once the budget of distinct codes is spent: the run ends."""
-
-
 class PeerUnavailable(Exception):
     """A peer cannot be imported or run offline; the message says why."""
 

@@ -108,8 +108,7 @@ class ModelGuided:
     name = "model"
 
     def __init__(self, seed: int = 0, ensemble: int = 8, kappa: float = 1.0, noise: float = 0.002,
-                 prior: Sequence[Trial] = (), residual: bool = True) -> None:
-        self.residual = residual
+                 prior: Sequence[Trial] = ()) -> None:
         self.seed = seed
         self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
         self.ensemble = ensemble
@@ -245,7 +244,7 @@ class ModelGuided:
             # what it does to the code (-maxrregcount=255 costs 30% alone on a GEMM and nothing
             # beside a lower register-usage level), which additive effects cannot express.
             with_code = sum(bool(c.features) for c in context.known) >= len(pool) // 2 > 0
-            if self.residual and not with_code:
+            if not with_code:
                 residual = target - x_train @ effects
                 trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
                 mean, var = mean + trees.mean(axis=0), var + trees.var(axis=0)
