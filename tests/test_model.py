@@ -3,12 +3,13 @@ nothing is left to gain, and never proposes a measured configuration."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 
-from compileiq_build.model import ModelGuided
-from compileiq_build.search import RandomSearch, Trial, config_key
-from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.space import Dimension, FlagSpace, config_key
+from compileiq_build.strategies import Context, RandomSearch, Stop, Trial
+from compileiq_build.strategies.model import ModelGuided, _transfers
 
 SPACE = FlagSpace((
     Dimension("CUDA", "rul", tuple(str(i) for i in range(11)), "--rul={v}", 1),
@@ -36,57 +37,75 @@ def _all_configs() -> list[dict[str, str]]:
 OPTIMUM = min(landscape(c) for c in _all_configs())
 
 
-def run(strategy, budget: int) -> tuple[float, list[str]]:
+def search(strategy, budget: int, outcome=None, spread: float | None = None, until=None, space=SPACE
+           ) -> tuple[list[Trial], list[str], Stop | None]:
+    """Measures the strategy's proposals on `outcome` (default: the landscape) for `budget`
+    evaluations, or until it stops or `until(history)`; the trials, their phases, the Stop."""
+    outcome = outcome or landscape
     history: list[Trial] = []
+    phases: list[str] = []
     while len(history) < budget:
-        config = strategy.propose(SPACE, history)
-        if config is None:
+        result = strategy.propose(Context(space, history, budget=budget))
+        if isinstance(result, Stop):
+            return history, phases, result
+        ratio = outcome(result.config)
+        history.append(Trial(result.config, ratio, ratio < 0.999, spread))
+        phases.append(result.phase)
+        if until is not None and until(history):
             break
-        ratio = landscape(config)
-        history.append(Trial(config, ratio, ratio < 0.999))
+    return history, phases, None
+
+
+@functools.cache
+def run(name: str, seed: int, budget: int = 30) -> tuple[float, tuple[str, ...]]:
+    """Fraction of the optimum's gain reached, and the configurations measured (cached: the
+    model's runs serve two tests)."""
+    strategy = ModelGuided(seed=seed) if name == "model" else RandomSearch(seed=seed)
+    history, _, _ = search(strategy, budget)
     best = min([1.0, *(t.ratio for t in history)])
-    return (1 - best) / (1 - OPTIMUM), [config_key(t.config) for t in history]
+    return (1 - best) / (1 - OPTIMUM), tuple(config_key(t.config) for t in history)
 
 
 def test_model_reaches_the_optimum_region_quickly_and_beats_random():
-    model = [run(ModelGuided(seed=s), 40)[0] for s in range(5)]
-    rand = [run(RandomSearch(seed=s), 40)[0] for s in range(5)]
+    """30 evaluations of 360: the model gets 95% of the optimum's gain, more than random."""
+    model = [run("model", s)[0] for s in range(2)]
+    rand = [run("random", s)[0] for s in range(3)]
     assert statistics.median(model) >= 0.95
     assert statistics.median(model) > statistics.median(rand)
 
 
 def test_never_repeats_a_configuration():
-    _, keys = run(ModelGuided(seed=3), 30)
-    assert len(keys) == len(set(keys)) and "baseline" not in keys
+    for seed in range(2):
+        keys = run("model", seed)[1]
+        assert len(keys) == len(set(keys)) and "baseline" not in keys
+
+
+# A smaller space for the stopping rule: on a flat landscape the model measures until every
+# option value's effect is known to within the noise, which takes more than 30 evaluations of
+# SPACE (about 40 at 1%).
+FLAT = FlagSpace((
+    Dimension("CUDA", "a", ("1", "2"), "-a{v}", 1),
+    Dimension("CUDA", "b", ("x", "y"), "-b{v}", 1),
+    Dimension("CUDA", "c", ("on",), "-c", 2),
+    Dimension("CUDA", "d", ("on",), "-d", 2),
+))  # 3 * 3 * 2 * 2 = 36 configurations
 
 
 def test_stops_when_no_gain_beyond_noise_is_predicted():
-    flat = ModelGuided(seed=1, noise=0.01)
-    history = []
-    while len(history) < 60:
-        config = flat.propose(SPACE, history)
-        if config is None:
-            break
-        history.append(Trial(config, 1.0, False))
-    assert len(history) < 60
-    assert "no untried configuration beats the best so far" in flat.stop_reason
+    history, _, stop = search(ModelGuided(seed=1, noise=0.01), 30, outcome=lambda c: 1.0, space=FLAT)
+    assert stop is not None and len(history) < 30
+    assert "no untried configuration beats the best so far" in stop.reason
 
 
 def _flat_search(spread: float | None) -> tuple[int, str]:
     """A landscape 0.5% below the baseline everywhere, measured with intervals of +-`spread`."""
-    model = ModelGuided(seed=1)
-    history: list[Trial] = []
-    while len(history) < 80:
-        config = model.propose(SPACE, history)
-        if config is None:
-            break
-        history.append(Trial(config, 0.995, False, spread))
-    return len(history), model.stop_reason
+    history, _, stop = search(ModelGuided(seed=1), 30, outcome=lambda c: 0.995, spread=spread, space=FLAT)
+    return len(history), stop.reason if stop else ""
 
 
 def test_the_early_stop_uses_the_measured_noise():
     coarse, why = _flat_search(0.02)  # measurements resolve 2%: no 0.5% gain can be told apart
-    assert coarse < 80 and "by more than the measured noise (2.00%)" in why
+    assert coarse < 30 and "by more than the measured noise (2.00%)" in why
     fine, why = _flat_search(0.0005)  # they resolve 0.05%: a predicted 0.5% gain is worth measuring
     assert fine > coarse
     unmeasured, why = _flat_search(None)  # no intervals (replays): the assumed 0.2%
@@ -94,18 +113,16 @@ def test_the_early_stop_uses_the_measured_noise():
 
 
 def test_warm_start_tries_what_was_faster_for_other_targets_first():
+    """Other targets' faster configurations come first, best first, while they gain here; one
+    slower there, or outside this space, is never taken over: screening follows."""
     prior = [Trial({"CUDA:rul": "3"}, 0.99, True),
              Trial({"CUDA:rul": "8", "CUDA:dlcm": "cg"}, 0.96, True),
              Trial({"CUDA:rul": "2"}, 1.05, False),
              Trial({"CXX:O": "3"}, 0.5, True)]  # another language: not in this space
-    model = ModelGuided(seed=0, prior=prior)
-    history: list[Trial] = []
-    for _ in range(3):
-        config = model.propose(SPACE, history)
-        history.append(Trial(config, landscape(config), landscape(config) < 0.999))
-    assert config_key(history[0].config) == "CUDA:dlcm=cg CUDA:rul=8"
-    assert config_key(history[1].config) == "CUDA:rul=3"
-    assert config_key(history[2].config) != "CUDA:rul=2"  # slower there: not taken over
+    history, phases, _ = search(ModelGuided(seed=0, prior=prior), 30, until=lambda h: len(h) == 3)
+    assert [config_key(t.config) for t in history[:2]] == ["CUDA:dlcm=cg CUDA:rul=8", "CUDA:rul=3"]
+    assert phases == ["transfer", "transfer", "screen"]
+    assert config_key(history[2].config) == "CUDA:rul=0"  # the first one-option move, not rul=2
 
 
 def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
@@ -116,22 +133,19 @@ def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
     sample = random.Random(7).sample(_all_configs(), 40)
     prior = [Trial(c, landscape(c) + 0.01, landscape(c) + 0.01 < 0.999) for c in sample]
 
-    def evaluations_to_95(strategy) -> int:
-        history: list[Trial] = []
-        while len(history) < 40 and (config := strategy.propose(SPACE, history)) is not None:
-            history.append(Trial(config, landscape(config), landscape(config) < 0.999))
-            if (1 - min(t.ratio for t in history)) / (1 - OPTIMUM) >= 0.95:
-                return len(history)
-        return 41
+    def reached(history: list[Trial]) -> bool:
+        return (1 - min(t.ratio for t in history)) / (1 - OPTIMUM) >= 0.95
 
-    cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(3)]
-    warm = [evaluations_to_95(ModelGuided(seed=s, prior=prior)) for s in range(3)]
+    def evaluations_to_95(strategy) -> int:
+        history, _, _ = search(strategy, 30, until=reached)
+        return len(history) if reached(history) else 31
+
+    cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(2)]
+    warm = [evaluations_to_95(ModelGuided(seed=s, prior=prior)) for s in range(2)]
     assert statistics.median(warm) < statistics.median(cold)
 
 
 def test_other_targets_count_only_when_their_best_gain_here_too():
-    from compileiq_build.model import _transfers
-
     prior = [({"CUDA:rul": "3"}, Trial({"CUDA:rul": "3"}, 0.95, True)),
              ({"CUDA:rul": "1"}, Trial({"CUDA:rul": "1"}, 1.10, False))]
     here = {"CUDA:rul": "3"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import search_replay
-from compileiq_build.search import RandomSearch
+from compileiq_build.strategies import RandomSearch
 
 
 def _table(path, offset: float = 0.0):
@@ -45,17 +45,21 @@ def test_replay_with_a_prior_table_starts_from_its_best(tmp_path, capsys):
 
 
 def test_without_features_the_model_sees_the_options_alone(tmp_path):
+    """The strategy sees every row as a known candidate with the table's features;
+    `without_features` leaves them empty."""
     table = search_replay.load_table(_table(tmp_path / "t.csv"))
-    given = []
+    seen = []
 
-    def make(seed, features, prior):
-        given.append(features)
-        return RandomSearch(seed)
+    class Spy(RandomSearch):
+        def propose(self, context):
+            seen.append([(c.config, dict(c.features)) for c in context.known])
+            return super().propose(context)
 
-    search_replay.run_ours(table, make, 2, 0)
-    search_replay.run_ours(search_replay.without_features(table), make, 2, 0)
-    assert given[0]({"T:a": "1", "T:b": "x"}) == {"registers": 32 + 8 * 4}  # the 5th row
-    assert given[1] is None
+    search_replay.run_ours(table, lambda seed, prior: Spy(seed), 2, 0)
+    search_replay.run_ours(search_replay.without_features(table), lambda seed, prior: Spy(seed), 2, 0)
+    assert len(seen[0]) == len(table.rows)
+    assert ({"T:a": "1", "T:b": "x"}, {"registers": 32 + 8 * 4}) in seen[0]  # the 5th row
+    assert seen[-1] and all(f == {} for _, f in seen[-1])
 
 
 def test_the_model_does_not_stop_short_on_the_recorded_nbody_table():

@@ -17,9 +17,9 @@ from rich.console import Console
 
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
-from compileiq_build.search import Exhaustive
 from compileiq_build.selection import NoWinner
 from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.strategies import Exhaustive
 from compileiq_build.tune import TuneOptions, Tuner
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
@@ -28,7 +28,7 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
 def _searched(cxx_project, configure, report=None):
     """The fixture with -O2 measured in the search, and a Tuner over its build folder."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], report)
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._trials(evaluator), budget=1, halt=lambda: "")
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=False)
     [outcome] = Tuner._trials(evaluator)
     assert outcome.faster  # -O2 against the project's -O0

@@ -20,8 +20,8 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
-from compileiq_build.search import Exhaustive, RandomSearch, Trial, config_key
-from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.space import Dimension, FlagSpace, config_key
+from compileiq_build.strategies import Exhaustive, RandomSearch, Trial
 from compileiq_build.tune import TuneOptions, Tuner
 from compileiq_build.workers import LocalWorker
 
@@ -33,7 +33,7 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
 def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 1])
     strategy = Exhaustive()
-    proposals = Proposals(strategy, SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
     rows = store.evaluations("saxpy", phase="search")
     keys = [r.config_key for r in rows]
@@ -58,7 +58,8 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
 
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 2])
-    proposals = Proposals(RandomSearch(3), SPACE, lambda: Tuner._trials(evaluator), budget=3, halt=lambda: "")
+    proposals = Proposals(RandomSearch(3), SPACE, lambda: Tuner._history(evaluator), budget=3,
+                          halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 3
     assert proposals.finished == "budget of 3 evaluations reached"
@@ -69,12 +70,12 @@ def test_a_candidate_being_measured_counts_once_against_the_budget():
     # The store records an evaluation when its measuring begins, while it is still in flight:
     # counted twice, it kept a second GPU idle at the end of a search.
     recorded: list[Trial] = []
-    proposals = Proposals(Exhaustive(), SPACE, lambda: list(recorded), budget=3, halt=lambda: "")
+    proposals = Proposals(Exhaustive(), SPACE, lambda: (list(recorded), []), budget=3, halt=lambda: "")
     first, second = proposals.next(may_wait=False), proposals.next(may_wait=False)
-    recorded.append(Trial(first, None, False))
+    recorded.append(Trial(first.config, None, False))
     third = proposals.next(may_wait=False)
-    assert third is not None
-    assert len({config_key(c) for c in (first, second, third)}) == 3
+    assert third is not None and third.phase == "exhaustive"
+    assert len({config_key(p.config) for p in (first, second, third)}) == 3
     assert proposals.next(may_wait=False) is None  # 1 recorded + 2 in flight: the budget
 
 
@@ -83,7 +84,7 @@ def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
     def halt() -> str:  # stop once the first candidate was measured
         return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._trials(evaluator), budget=100, halt=halt)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=100, halt=halt)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 1
     assert proposals.finished == "stopped by Ctrl-C"

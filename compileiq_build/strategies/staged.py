@@ -18,7 +18,6 @@ class Staged:
     def propose(self, context: Context) -> Proposal | Stop:
         space = context.space
         available = {repr(sorted(c.items())) for c in context.choices()} if context.closed else None
-        pending = {repr(sorted(space.full_config(t.config).items())) for t in context.history if t.pending}
         incumbent = space.default_config()
         incumbent_ratio = 1.0
         while True:
@@ -32,7 +31,8 @@ class Staged:
                     trial = context.outcome(config)
                     if trial is None:
                         key = repr(sorted(config.items()))
-                        if key in pending or (available is not None and key not in available):
+                        # pending, or of a code pending: its outcome is coming
+                        if not context.fresh(config) or (available is not None and key not in available):
                             continue
                         return Proposal(config, "staged")
                     if trial.faster and trial.ratio is not None and trial.ratio < best_ratio:
