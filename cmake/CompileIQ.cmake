@@ -675,6 +675,8 @@ function(_compileiq_finalize)
   set(m "{}")
   string(JSON m SET "${m}" schema ${_COMPILEIQ_MANIFEST_SCHEMA})
   _compileiq_json_put(m compileiq_version "${COMPILEIQ_VERSION}")
+  # The top-level project() (PROJECT_NAME would be the last project() of this scope): the report's title.
+  _compileiq_json_put(m project_name "${CMAKE_PROJECT_NAME}")
   _compileiq_json_put(m source_dir "${CMAKE_SOURCE_DIR}")
   _compileiq_json_put(m binary_dir "${CMAKE_BINARY_DIR}")
   _compileiq_json_put(m generator "${CMAKE_GENERATOR}")

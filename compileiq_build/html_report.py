@@ -1,10 +1,11 @@
 """`report --html`: one self-contained HTML file with the evidence behind each decision.
 
 Per target: speedups with intervals per workload, the convergence curve per
-strategy, how candidates fared (and why the invalid ones failed), which options
-mattered (LightGBM feature importance over the measured configurations), the
-winning flags, and the machine.  Charts are inline SVG: no script or network
-needed to view the file.
+strategy, how candidates fared (and why the invalid ones failed), what single options did as
+measured (effects.py: one-option moves, and the winner without each of its options),
+every measured candidate in a sortable table, the winning flags, and the machine.
+Charts are inline SVG and the table sorts with a few lines of inline script: nothing
+is fetched to view the file.
 """
 
 from __future__ import annotations
@@ -20,13 +21,39 @@ from typing import Any
 import jinja2
 
 from compileiq_build import __version__
+from compileiq_build.effects import Move, Removal, estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.gpu import slowdowns
-from compileiq_build.selection import NoWinner, Outcome, Winner, decide, outcomes, pairs
-from compileiq_build.space import DEFAULT
+from compileiq_build.selection import SAME_AS_BASELINE, NoWinner, Outcome, Winner, decide, outcomes, pairs
 from compileiq_build.store import Store
 
 _COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280")
 _VERDICT_COLORS = {"faster": "#2f855a", "neutral": "#a0aec0", "slower": "#c05621", "invalid": "#c53030"}
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One measured candidate of the search, as the candidates table shows it."""
+
+    id: int
+    flags: str
+    verdict: str
+    speedup: float | None  # geometric mean over workloads; None when invalid
+    intervals: str  # per workload, with pairs
+    pairs: int  # fewest pairs over its workloads
+    digest: str  # short machine-code digest
+    note: str  # why it has no samples of its own
+
+
+def _candidate_row(o: Outcome) -> CandidateRow:
+    row = o.evaluation
+    flags = " ".join(f for fl in row.flags.values() for f in fl) or "(the project's flags)"
+    own = o.valid and row.same_as != SAME_AS_BASELINE
+    note = ("same machine code as the baseline: not run" if row.same_as == SAME_AS_BASELINE
+            else f"same machine code as #{row.same_as}: its samples" if row.same_as is not None else "")
+    return CandidateRow(row.id, flags, o.verdict if row.same_as != SAME_AS_BASELINE else "same code",
+                        1 / o.ratio if o.ratio else None, estimates_text(o.estimates) if own else "",
+                        min((e.pairs for e in o.estimates.values()), default=0) if own else 0,
+                        row.digest[:12], note)
 
 
 @dataclass(frozen=True)
@@ -40,8 +67,9 @@ class TargetView:
     convergence_svg: str
     verdict_svg: str
     speedup_svg: str
-    importance_svg: str
-    importance_note: str
+    moves: list[Move]
+    removals: list[Removal]
+    candidates: list[CandidateRow]
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
@@ -50,9 +78,26 @@ def _svg(width: int, height: int, body: str, label: str) -> str:
             f'<rect width="{width}" height="{height}" fill="#fff"/>{body}</svg>')
 
 
-def _text(x: float, y: float, s: str, anchor: str = "start", size: int = 11, color: str = "#333") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{color}" text-anchor="{anchor}" '
+def _text(x: float, y: float, s: str, anchor: str = "start", size: int = 11, color: str = "#333",
+          cls: str = "") -> str:
+    klass = f' class="{cls}"' if cls else ""
+    return (f'<text{klass} x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{color}" text-anchor="{anchor}" '
             f'font-family="sans-serif">{html.escape(s)}</text>')
+
+
+def _ticks(lo: float, hi: float, whole: bool = False, most: int = 6) -> list[float]:
+    """Round values from lo to hi, at most `most` of them (whole numbers for counts)."""
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / (most - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    # Counts start at their first value (evaluation 1, 6, 11, ...); scales at a round one.
+    if whole:
+        step = max(1.0, math.ceil(step))
+    first = lo if whole else math.ceil(lo / step - 1e-9) * step
+    return [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
 
 
 def convergence_chart(series: dict[str, list[float]]) -> str:
@@ -70,9 +115,21 @@ def convergence_chart(series: dict[str, list[float]]) -> str:
         return top + (h - top - bottom) * (1 - (v - lo) / (hi - lo))
 
     body = [f'<line x1="{left}" y1="{y(1.0):.1f}" x2="{w - right}" y2="{y(1.0):.1f}" stroke="#999" '
-            'stroke-dasharray="4 3"/>', _text(left - 6, y(1.0) + 4, "1.00x", "end"),
-            _text(left - 6, y(hi) + 10, f"{hi:.2f}x", "end"),
-            _text((left + w - right) / 2, h - 8, "evaluations", "middle")]
+            'stroke-dasharray="4 3"/>',
+            f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#666"/>',
+            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#666"/>',
+            _text((left + w - right) / 2, h - 2, "evaluations", "middle")]
+    scale = _ticks(lo, hi)
+    decimals = max(2, -math.floor(math.log10(scale[1] - scale[0]))) if len(scale) > 1 else 2
+    for v in scale:
+        body.append(f'<line x1="{left - 3}" y1="{y(v):.1f}" x2="{left}" y2="{y(v):.1f}" stroke="#666"/>')
+        body.append(_text(left - 6, y(v) + 4, f"{v:.{decimals}f}x", "end", cls="ytick"))
+    # Evaluation numbers, 1-based as the progress line counts them.
+    for i in _ticks(1, n, whole=True):
+        xx = x(int(i) - 1)
+        body.append(f'<line x1="{xx:.1f}" y1="{h - bottom}" x2="{xx:.1f}" y2="{h - bottom + 3}" '
+                    'stroke="#666"/>')
+        body.append(_text(xx, h - bottom + 14, f"{int(i)}", "middle", cls="xtick"))
     for k, (name, values) in enumerate(sorted(series.items())):
         color = _COLORS[k % len(_COLORS)]
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
@@ -129,32 +186,6 @@ def speedup_chart(winner: Winner) -> str:
     return _svg(w, h, "".join(body), "speedup per workload with 95% interval")
 
 
-def importance(results: Sequence[Outcome]) -> tuple[list[tuple[str, float]], str]:
-    """LightGBM gain importance of each option for log(cost ratio), over valid measurements."""
-    valid = [o for o in results if o.valid and o.ratio]
-    dims = sorted({k for o in valid for k, v in o.evaluation.config.items() if v != DEFAULT})
-    if len(valid) < 4 or not dims:
-        return [], f"{len(valid)} valid measurements: too few to tell which options matter"
-    import lightgbm
-    import pandas as pd
-
-    # LightGBM refuses some characters in feature names: columns are numbered.
-    frame = pd.DataFrame([{f"f{i}": o.evaluation.config.get(d, DEFAULT) for i, d in enumerate(dims)}
-                          for o in valid], dtype="category")
-    target = [math.log(o.ratio or 1.0) for o in valid]
-    params = {"objective": "regression", "learning_rate": 0.2, "min_data_in_leaf": 2,
-              "min_data_in_bin": 1, "min_data_per_group": 1, "cat_smooth": 1.0, "verbose": -1}
-    booster = lightgbm.train(params, lightgbm.Dataset(frame, target), num_boost_round=60)
-    gains = dict(zip(dims, booster.feature_importance(importance_type="gain"), strict=True))
-    total = sum(gains.values())
-    if total <= 0:
-        return [], "the measurements do not separate the options (no split helped the model)"
-    ranked = sorted(((d, round(100 * v / total, 1)) for d, v in gains.items() if v > 0),
-                    key=lambda t: -t[1])
-    return ranked[:12], (f"LightGBM gain importance for log(time ratio) over {len(valid)} valid "
-                         "measurements, in percent")
-
-
 def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
     searched = outcomes(store, target, arch, "search")
     verdicts = Counter(o.verdict for o in searched)
@@ -169,17 +200,17 @@ def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
         series.setdefault(s, []).append(best.get(s, 1.0))
     order = ["faster", "neutral", "slower", "invalid"]
     counts = [(v, float(verdicts.get(v, 0))) for v in order]
-    ranked, note = importance(searched)
     decision = decide(store, target, arch)
+    measured = searched + outcomes(store, target, arch, "validate")
     return TargetView(
         target=target, arch=", ".join(sorted(arch.values())), decision=decision, measured=len(searched),
         verdicts=dict(verdicts), failures=failures,
         convergence_svg=convergence_chart(series) if series else "",
         verdict_svg=bar_chart(counts, [_VERDICT_COLORS[v] for v in order], "", "candidates by verdict"),
         speedup_svg=speedup_chart(decision) if isinstance(decision, Winner) else "",
-        importance_svg=bar_chart(ranked, [_COLORS[0]] * len(ranked), "%", "option importance")
-        if ranked else "",
-        importance_note=note)
+        moves=one_option_moves(measured),
+        removals=removals(decision, measured) if isinstance(decision, Winner) else [],
+        candidates=[_candidate_row(o) for o in searched])
 
 
 def _gpu_ranges(store: Store) -> dict[str, Any]:
@@ -205,7 +236,7 @@ def render_html(store: Store, title: str) -> str:
     env = sessions[-1][3] if sessions else {}
     return _ENV.get_template("report.html.j2").render(
         title=title, version=__version__, views=views, env=env, gpu_ranges=_gpu_ranges(store),
-        sessions=len(sessions), Winner=Winner)
+        sessions=len(sessions), Winner=Winner, speedup_text=speedup_text, estimates_text=estimates_text)
 
 
 def write_html(store: Store, path: Path, title: str) -> None:

@@ -89,6 +89,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Project:
+    name: str  # the top-level project() of the CMakeLists
     source_dir: Path
     binary_dir: Path
     generator: str
@@ -244,8 +245,11 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
                 tolerance=tolerance,
             )
         )
+    source_dir = Path(_str(m, "source_dir", where))
     return Project(
-        source_dir=Path(_str(m, "source_dir", where)),
+        # Manifests written before project_name was recorded: the source folder's name.
+        name=_str(m, "project_name", where) or source_dir.name,
+        source_dir=source_dir,
         binary_dir=Path(_str(m, "binary_dir", where)),
         generator=_str(m, "generator", where),
         build_type=_str(m, "build_type", where),

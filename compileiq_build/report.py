@@ -8,11 +8,13 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project import load_project
 from compileiq_build.selection import (
     SAME_AS_BASELINE,
     NoWinner,
+    Outcome,
     Winner,
     decide,
     outcomes,
@@ -60,6 +62,24 @@ def _describe(values: list[float] | None, rate: bool) -> str:
     return f"{shown} (spread {100 * relative_spread(values):.2f}%, n={len(values)})"
 
 
+def _effect_lines(measured: list[Outcome], decision: Winner | NoWinner) -> list[str]:
+    """The sections "Measured effects of single options" and "Removing each option of the winner"."""
+    lines = ["  Measured effects of single options (each alone against the baseline):"]
+    for m in one_option_moves(measured):
+        shown = f"{estimates_text(m.estimates)}: " if m.estimates else ""
+        count = f" (measured in {m.measured_with} configurations)" if m.outcome is None else ""
+        lines.append(f"    {m.option} ({m.flag}): {shown}{m.finding}{count}")
+    if len(lines) == 1:
+        lines.append("    none: no configuration with an option was measured")
+    if isinstance(decision, Winner):
+        lines.append("  Removing each option of the winner (the winner minus it, against the winner's "
+                     f"{estimates_text({g.workload: g.estimate for g in decision.gains})}):")
+        for r in removals(decision, measured):
+            shown = f"{estimates_text(r.estimates)}: " if r.estimates else ""
+            lines.append(f"    without {r.option} ({r.flag}): {shown}{r.finding}")
+    return lines
+
+
 def report(build_dir: Path) -> str:
     rates = {b.workload for b in load_project(build_dir.resolve()).benchmarks if b.higher_is_better}
     store = _open(build_dir)
@@ -81,16 +101,16 @@ def report(build_dir: Path) -> str:
                              if o.evaluation.config_key == decision.config_key)
                 values = _values(store, check.evaluation.id)
                 for g in decision.gains:
-                    e = g.estimate
                     base, cand = values.get((g.workload, "baseline")), values.get((g.workload, "candidate"))
                     rate = g.workload in rates
-                    lines.append(f"    {g.workload}: {e.speedup:.3f}x "
-                                 f"[{1 / e.high:.3f}x, {1 / e.low if e.low > 0 else float('inf'):.3f}x]"
+                    lines.append(f"    {g.workload}: {speedup_text(g.estimate)}"
                                  f"; baseline {_describe(base, rate)}, tuned {_describe(cand, rate)}")
             else:
                 lines.append(f"  no winner: {decision.reason}")
             if decision.pending:
                 lines.append(f"  {pending_text(decision)}")
+            measured = searched + outcomes(store, target, arch, "validate")
+            lines += _effect_lines(measured, decision)
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:
         store.close()
@@ -172,7 +192,7 @@ def html(build_dir: Path, path: Path) -> Path:
 
     store = _open(build_dir)
     try:
-        write_html(store, path, f"Tuning report: {build_dir.resolve().name}")
+        write_html(store, path, f"Tuning report: {load_project(build_dir.resolve()).name}")
     except OSError as exc:
         raise CompileIQError(f"cannot write the HTML report {path}: {exc.strerror or exc}") from None
     finally:

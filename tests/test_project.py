@@ -54,3 +54,10 @@ def test_hostile_sections_of_a_valid_manifest(section, value):
 def test_c_identifier_matches_cmake():
     assert c_identifier("my-lib.v2") == "my_lib_v2"
     assert c_identifier("3d") == "_3d"
+
+
+def test_project_name_with_a_fallback_for_older_manifests():
+    raw = json.loads(json.dumps(VALID))
+    assert parse_manifest(raw).name == "src"  # written before project_name: the source folder's name
+    raw["project_name"] = "sgemm_demo"
+    assert parse_manifest(raw).name == "sgemm_demo"

@@ -1,4 +1,4 @@
-"""`report --html` on real tuning results, rendered in headless Chromium."""
+"""`report` and `report --html` on real tuning results, the HTML rendered in headless Chromium."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
+
+from compileiq_build.effects import SAME_AS_BASELINE_CODE
+from compileiq_build.report import report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -15,43 +20,106 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--virtual-time-budget=5000"]
 
 
-@pytest.fixture
-def tuned(cxx_project, configure):
-    build = cxx_project / "build"
-    configure(cxx_project, build)
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, configure) -> Path:
+    """Every combination of -O and -funroll-loops of the fixture's -O0 library: -O2 and -O3 alone
+    are far faster, and -funroll-loops alone compiles to the baseline's machine code at -O0."""
+    project = tmp_path_factory.mktemp("report") / "cxx_project"
+    shutil.copytree(FIXTURES / "cxx_project", project)
+    build = project / "build"
+    configure(project, build)
     proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build),
-                           "--strategy", "staged", "--budget", "4",
+                           "--strategy", "exhaustive", "--dimensions", "O", "unroll-loops",
                            "--repeats", "3", "--max-repeats", "5"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return build
 
 
-def test_html_report_is_self_contained_and_complete(tuned, tmp_path):
-    out = tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(tuned), "--html", str(out)],
+def _html(build: Path, out: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build), "--html", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    text = out.read_text()
+    return out.read_text()
+
+
+def _winner_options(text: str) -> list[str]:
+    (key,) = re.findall(r"^  winner: (.+)$", text, re.M)
+    return key.split()
+
+
+def test_text_report_shows_measured_effects(tuned):
+    text = report(tuned)
+    assert "  Measured effects of single options (each alone against the baseline):" in text
+    assert f"    CXX:unroll-loops=on (-funroll-loops): {SAME_AS_BASELINE_CODE}" in text
+    for level in ("2", "3"):
+        assert re.search(rf"^    CXX:O={level} \(-O{level}\): \d+\.\d+x \[\d+\.\d+x, \d+\.\d+x\], \d+ pairs: "
+                         "faster$", text, re.M), text
+    assert "  Removing each option of the winner" in text
+    options = _winner_options(text)
+    for option in options:
+        assert re.search(rf"^    without {re.escape(option)} \(.+\): .+$", text, re.M), text
+    if "CXX:unroll-loops=on" in options:
+        # What is left is a measured -O level alone.
+        assert re.search(r"^    without CXX:unroll-loops=on .*\d+ pairs: ", text, re.M), text
+    else:
+        assert "leaves the baseline: the winner's whole gain is lost without it" in text
+
+
+def test_html_report_is_self_contained_and_complete(tuned, tmp_path):
+    text = _html(tuned, tmp_path / "report.html")
     assert "<h2>saxpy" in text and "Winner:" in text
+    assert "<h1>Tuning report: cxx_fixture</h1>" in text  # the project's name, not the build folder's
     for heading in ("Speedup per workload", "Best speedup so far", "How the candidates fared",
-                    "Which options mattered", "Machine"):
+                    "Measured effects of single options", "Removing each option of the winner",
+                    "Measured candidates", "Machine"):
         assert heading in text
+    assert "LightGBM" not in text
     assert not re.search(r"""(src|href)=["']?https?:""", text)  # nothing fetched from elsewhere
     assert "GNU" in text  # the compiler of the tuning session
+    effects = text[text.index('<table class="effects">'):]
+    effects = effects[:effects.index("</table>")]
+    assert re.search(r"<code>CXX:O=3</code>.*?\d\.\d{3}x \[\d\.\d{3}x, \d\.\d{3}x\], \d+ pairs</td>\s*"
+                     r"<td>faster", effects, re.S), effects
+    assert re.search(rf"<code>CXX:unroll-loops=on</code>.*?{SAME_AS_BASELINE_CODE}", effects, re.S)
+    removal = text[text.index('<table class="removals">'):]
+    assert removal.count("<tr><td><code>CXX:") == len(_winner_options(report(tuned)))
+    candidates = text[text.index('<table class="candidates sortable">'):]
+    candidates = candidates[:candidates.index("</table>")]
+    assert candidates.count("<tr><td data-sort=") == 5  # 2 x 3 configurations but the baseline
+    xticks = re.findall(r'class="xtick"[^>]*>(\d+)<', text)
+    assert xticks and xticks[0] == "1" and xticks[-1] == "5"
+    assert re.findall(r'class="ytick"[^>]*>\d+\.\d+x<', text)
+
+
+# Clicks the candidates table's speedup header once the report has loaded, and records the order.
+_CLICK = """<script>window.addEventListener("load", () => {
+  const t = document.querySelector("table.candidates");
+  t.querySelectorAll("thead th")[3].click();
+  const speedups = [...t.tBodies[0].rows].map(r => r.cells[3].dataset.sort);
+  document.body.setAttribute("data-sorted", speedups.join(" "));
+});</script></body>"""
 
 
 @pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_html_report_renders_its_charts_in_chromium(tuned, tmp_path):
     out = tmp_path / "report.html"
-    subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(tuned), "--html", str(out)],
-                   check=True, capture_output=True)
+    text = _html(tuned, out)
     dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
                           out.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert 'data-ready="1"' in dom, dom[-2000:]
     drawn = [int(n) for n in re.findall(r'class="chart"[^>]*data-drawn="(\d+)"', dom)]
-    assert len(drawn) >= 4  # speedup, convergence, verdicts, importance
+    assert len(drawn) >= 3  # speedup, convergence, verdicts
     assert all(n > 0 for n in drawn), drawn  # every chart laid out marks with a size
     shot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,1600",
                     f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 20_000
+
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(text.replace("</body>", _CLICK))
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile3'}", "--dump-dom",
+                          clicked.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    (order,) = re.findall(r'data-sorted="([^"]*)"', dom)
+    speedups = [float(v) for v in order.split()]
+    assert len(speedups) == 5 and speedups == sorted(speedups), order  # ascending after one click
+    assert 'data-order="ascending"' in dom

@@ -1,4 +1,4 @@
-"""The comparison that decides 'faster': paired ratios with a bootstrap interval."""
+"""The comparison that decides 'faster': paired ratios with a sign-test (order-statistics) interval."""
 
 from __future__ import annotations
 
