@@ -140,8 +140,7 @@ class ModelGuided:
         bound = mean - self.kappa * std
         choice = int(np.argmin(bound))
         noise, measured_noise = self._noise(measured)
-        # Stopping needs more than the choice: even twice as optimistic a bound gains nothing.
-        if np.min(mean - 2 * self.kappa * std) > math.log(best) + math.log1p(-noise):
+        if bound[choice] > math.log(best) + math.log1p(-noise):
             incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                             key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
             if (check := self._unchecked_neighbour(incumbent, measured, pool, bound)) is not None:
