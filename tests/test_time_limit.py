@@ -55,13 +55,13 @@ def test_a_finalist_is_not_validated_past_the_time_limit(cxx_project, configure)
     out = io.StringIO()
     evaluator, store, tuner = _searched(cxx_project, configure, Reporter(Console(file=out, width=200)))
     tuner.deadline = time.monotonic() - 1
-    decision = tuner._validate(evaluator, store, SPACE)
+    decision, _ = tuner._validate(evaluator, store, SPACE)
     assert isinstance(decision, NoWinner)
     assert store.evaluations("saxpy", phase="validate") == []
     assert "time limit reached before CXX:O=2 was validated" in out.getvalue()
     # With time, the same finalist is validated and wins.
     tuner.deadline = time.monotonic() + 3600
-    assert not isinstance(tuner._validate(evaluator, store, SPACE), NoWinner)
+    assert not isinstance(tuner._validate(evaluator, store, SPACE)[0], NoWinner)
     assert len(store.evaluations("saxpy", phase="validate")) == 1
     store.close()
 
