@@ -30,7 +30,7 @@ def test_tune_finds_a_faster_level_and_the_toolchain_reaches_only_that_target(cx
     toolchain = cxx_project / "compileiq-toolchain.cmake"
     assert f"toolchain file: {toolchain}" in proc.stdout
     # Not a terminal: one plain line per evaluation.
-    assert len(re.findall(r"^\[saxpy [123]/3, best \S+x, \d failed, ETA \S+\] CXX:", proc.stderr, re.M)) == 3
+    assert len(re.findall(r"^\[saxpy [123]/3, best \S+x, \d failed, ETA \S+\] \w+: CXX:", proc.stderr, re.M)) == 3
 
     # The library is built at -O0 by the project, so the first candidates (-O2, -O3) win big.
     text = toolchain.read_text()
