@@ -82,8 +82,8 @@ def test_model_guided_search_end_to_end(cxx_project, configure):
     # The budget counts distinct machine codes: candidates of a measured code ran nothing.
     rows = db.execute("SELECT strategy, config_key FROM evaluations WHERE phase='search' "
                       "AND same_as IS NULL").fetchall()
-    assert len(rows) == 10 and {s for s, _ in rows} == {"model"}
-    assert len({k for _, k in rows}) == 10  # never the same configuration twice
+    assert 1 <= len(rows) <= 10 and {s for s, _ in rows} == {"model"}  # it may stop early, saying why
+    assert len({k for _, k in rows}) == len(rows)  # never the same configuration twice
     assert "saxpy: " in proc.stdout and "x with -O" in proc.stdout  # a -O level beats the project's -O0
 
 
