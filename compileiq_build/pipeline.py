@@ -51,6 +51,7 @@ class Proposals:
 
     def context(self) -> Context:
         trials, known = self.history()
+        # A candidate being measured is in the store already: count it once.
         recorded = {config_key(t.config) for t in trials}
         pending = [Trial(c, None, False, code=code, pending=True)
                    for key, (c, code) in self.in_flight.items() if key not in recorded]
@@ -71,7 +72,6 @@ class Proposals:
                     self._finish(why)
                     break
                 context = self.context()
-                # A candidate being measured is in the store already: count it once.
                 if context.spent >= self.budget or len(context.history) >= self.max_candidates:
                     if not self.in_flight:
                         self._finish(f"budget of {self.budget} evaluations reached"

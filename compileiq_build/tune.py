@@ -356,17 +356,17 @@ class Tuner:
     @staticmethod
     def _trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:
         """A target's measured search history (default: the evaluator's), as strategies see it."""
-        return [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest)
-                for o in outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys,
-                                  "search")]
+        return Tuner._history(evaluator, target)[0]
 
     @staticmethod
-    def _history(evaluator: Evaluator) -> tuple[list[Trial], list[Candidate]]:
+    def _history(evaluator: Evaluator, target: str | None = None) -> tuple[list[Trial], list[Candidate]]:
         """The search so far: its trials, and every compiled candidate with its code and
         compile-time features (the model fits on those, measured or not)."""
-        rows = evaluator.store.evaluations(evaluator.target.name, evaluator.arch_keys, "search")
-        known = [Candidate(r.config, r.digest, r.features or {}) for r in rows if r.digest]
-        return Tuner._trials(evaluator), known
+        found = outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys, "search")
+        trials = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest) for o in found]
+        known = [Candidate(o.evaluation.config, o.evaluation.digest, o.evaluation.features or {})
+                 for o in found if o.evaluation.digest]
+        return trials, known
 
     @staticmethod
     def _prior(evaluator: Evaluator) -> list[Trial]:

@@ -242,8 +242,7 @@ class ModelGuided:
             # instruction mix) and model the ratio themselves: an option's effect then depends on
             # what it does to the code (-maxrregcount=255 costs 30% alone on a GEMM and nothing
             # beside a lower register-usage level), which additive effects cannot express.
-            with_code = sum(bool(c.features) for c in context.known) >= len(pool) // 2 > 0
-            if not with_code:
+            if sum(bool(f) for f in _features(context, pool)) * 2 < len(pool):
                 residual = target - x_train @ effects
                 trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
                 mean, var = mean + trees.mean(axis=0), var + trees.var(axis=0)
@@ -276,14 +275,7 @@ class ModelGuided:
         for i, d in enumerate(context.space.dimensions):
             columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs],
                                               categories=[DEFAULT, *d.values])
-        # Features are the code's: a configuration of a code whose features are known has them.
-        by_code = {c.code: c.features for c in context.known if c.code and c.features}
-        codes = context.codes
-        features = {config_key(context.space.full_config(c.config)): c.features or by_code.get(c.code, {})
-                    for c in context.known}
-        rows = [features.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
-        # Totals over kernels: per-kernel columns are many, for few rows.
-        rows = [{k: v for k, v in r.items() if k.startswith("all:")} or r for r in rows]
+        rows = _features(context, configs)
         for j, name in enumerate(sorted({k for r in rows for k in r})):
             columns[f"f{j}"] = [float(r.get(name, math.nan)) for r in rows]
         return pd.DataFrame(columns)
@@ -310,6 +302,17 @@ class ModelGuided:
             booster = lightgbm.train({**params, "seed": self.seed * 100 + b}, data, num_boost_round=40)
             out.append(booster.predict(x_pool))
         return np.vstack(out)
+
+
+def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
+    """Each configuration's compile-time features, where known: those of its code (a configuration
+    of a code whose features are known has them), totals over kernels only (per-kernel columns are
+    many, for few rows)."""
+    by_code = {c.code: c.features for c in context.known if c.code and c.features}
+    own = {config_key(context.space.full_config(c.config)): c.features for c in context.known if c.features}
+    codes = context.codes
+    rows = [own.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
+    return [{k: v for k, v in r.items() if k.startswith("all:")} or r for r in rows]
 
 
 def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
