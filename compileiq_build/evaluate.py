@@ -45,7 +45,7 @@ from compileiq_build.project import Benchmark, Target
 from compileiq_build.selection import FINALISTS, SAME_AS_BASELINE, Outcome, finalists, outcomes, summarize
 from compileiq_build.space import config_key
 from compileiq_build.stats import geometric_mean, ratio_estimate
-from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, Store
+from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, EvaluationRow, Store
 from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker
 
 # A candidate this much slower on its first pairs is not measured further.
@@ -228,18 +228,21 @@ class Evaluator:
 
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
-                 sampling: Sampling | None = None) -> Outcome:
-        """Measure one compiled candidate on its worker's device, paired with the baseline."""
+                 sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None) -> Outcome:
+        """Measure one compiled candidate on its worker's device, paired with the baseline.
+        `reduced_from` (phase minimize): the evaluation of the configuration this one leaves an
+        option out of; of the same machine code, it stands for this one."""
         sampling = sampling or self.sampling
         key = config_key(config)
+        parent = reduced_from.config_key if reduced_from else ""
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase, built.worker.name,
-                                                 built.started)
+                                                 built.started, parent)
         if not built.result.ok:
             self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.result.log),
                                          built.result.seconds)
             return self._outcome(evaluation)
-        twin = self._same_code(evaluation, phase, built)
+        twin = self._same_code(evaluation, phase, built, reduced_from)
         if twin is not None:
             with self._lock:
                 self.dedup_hits += 1
@@ -286,12 +289,17 @@ class Evaluator:
         noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
         return Race(reference, noise)
 
-    def _same_code(self, evaluation: int, phase: str, built: Built) -> int | None:
-        """Record the candidate's code digest and compile-time features; in the search, return
-        the evaluation (or the baseline) that already measured the same machine code."""
+    def _same_code(self, evaluation: int, phase: str, built: Built,
+                   reduced_from: EvaluationRow | None) -> int | None:
+        """Record the candidate's code digest and compile-time features; in the search (and when
+        minimizing), return the evaluation (or the baseline) that already measured the same
+        machine code."""
         twin = None
         digest = built.compiled.digest
-        if phase == "search" and digest:
+        if reduced_from is not None and digest:
+            twin = SAME_AS_BASELINE if digest == self.baseline_digest else (
+                reduced_from.id if digest == reduced_from.digest else None)
+        elif phase == "search" and digest:
             if digest == self.baseline_digest:
                 twin = SAME_AS_BASELINE
             else:

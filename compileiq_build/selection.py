@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,6 +87,14 @@ class WorkloadGain:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """An option of the validated winner that the shipped flags leave out (minimize.py)."""
+
+    option: str  # "CUDA:restrict=on"
+    why: str
+
+
+@dataclass(frozen=True)
 class Winner:
     target: str
     arch_keys: dict[str, str]
@@ -94,6 +103,7 @@ class Winner:
     gains: tuple[WorkloadGain, ...]
     evaluations: int  # how many candidates were measured for this target
     pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
+    dropped: tuple[Dropped, ...] = ()  # options of the validated configuration left out, and why
 
     @property
     def speedup(self) -> float:
@@ -149,9 +159,11 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
         if check is None:
             pending.append(row.config_key)
         elif check.faster:
-            flags = {lang: tuple(f) for lang, f in row.flags.items() if f}
-            gains = tuple(WorkloadGain(w, e) for w, e in sorted(check.estimates.items()))
-            return Winner(target, arch_keys, row.config_key, flags, gains, len(searched), tuple(pending))
+            shipped, dropped = minimal(store, target, arch_keys, check)
+            flags = {lang: tuple(f) for lang, f in shipped.evaluation.flags.items() if f}
+            gains = tuple(WorkloadGain(w, e) for w, e in sorted(shipped.estimates.items()))
+            return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
+                          tuple(pending), tuple(dropped))
     if pending:
         reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
                   f"({len(searched)} measured); run tune again to re-measure them")
@@ -161,6 +173,35 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
     else:
         reason = f"no candidate beat the baseline beyond noise ({len(searched)} measured)"
     return NoWinner(target, arch_keys, reason, tuple(pending))
+
+
+def holds_without(step: Outcome, parent: Outcome) -> bool:
+    """Whether a configuration with one option fewer serves as well: still faster than the
+    baseline on every workload, and not slower than the configuration it was reduced from beyond
+    noise (its interval reaches that one's estimate on every workload)."""
+    return step.faster and all(w in step.estimates and step.estimates[w].low <= e.ratio
+                               for w, e in parent.estimates.items())
+
+
+def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
+            ) -> tuple[Outcome, list[Dropped]]:
+    """The validated configuration less the options its minimizing steps found it can do
+    without, and why each was left out; the steps are followed in the order they were taken."""
+    steps = outcomes(store, target, arch_keys, "minimize")
+    current, dropped = check, []
+    while step := next((s for s in steps if s.evaluation.parent == current.evaluation.config_key
+                        and holds_without(s, current)), None):
+        gone = set(current.evaluation.config_key.split()) - set(step.evaluation.config_key.split())
+        if step.evaluation.same_as is not None:
+            why = "the machine code is the same without it"
+        else:
+            e = step.estimates
+            why = "not slower beyond noise without it: " + ", ".join(
+                f"{w} {x.speedup:.3f}x [{1 / x.high:.3f}, {1 / x.low if x.low > 0 else math.inf:.3f}]"
+                for w, x in sorted(e.items()))
+        dropped += [Dropped(option, why) for option in sorted(gone)]
+        current = step
+    return current, dropped
 
 
 @dataclass(frozen=True)
