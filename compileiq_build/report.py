@@ -97,6 +97,9 @@ def report(build_dir: Path) -> str:
             if isinstance(decision, Winner):
                 lines.append(f"  winner: {decision.config_key}")
                 lines.append(f"  flags:  {' '.join(f for fl in decision.flags.values() for f in fl)}")
+                if decision.dropped:
+                    lines.append(f"  validated as {decision.validated}; left out of the shipped flags:")
+                    lines += [f"    {d.option}: {d.why}" for d in decision.dropped]
                 check = next(o for o in outcomes(store, target, arch, "validate")
                              if o.evaluation.config_key == decision.config_key)
                 values = _values(store, check.evaluation.id)

@@ -104,6 +104,7 @@ class Winner:
     evaluations: int  # how many candidates were measured for this target
     pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
     dropped: tuple[Dropped, ...] = ()  # options of the validated configuration left out, and why
+    validated: str = ""  # the configuration re-measured, of which `config_key` is what ships
 
     @property
     def speedup(self) -> float:
@@ -163,7 +164,7 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
             flags = {lang: tuple(f) for lang, f in shipped.evaluation.flags.items() if f}
             gains = tuple(WorkloadGain(w, e) for w, e in sorted(shipped.estimates.items()))
             return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
-                          tuple(pending), tuple(dropped))
+                          tuple(pending), tuple(dropped), row.config_key)
     if pending:
         reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
                   f"({len(searched)} measured); run tune again to re-measure them")

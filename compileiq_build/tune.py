@@ -25,6 +25,7 @@ from compileiq_build import environment, ray_workers
 from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.minimize import minimize
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
@@ -266,6 +267,8 @@ class Tuner:
                 self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
                                  "of one measured before and reused its measurement")
             decision, remeasured = self._validate(evaluator, store, space)
+            if isinstance(decision, Winner):
+                decision = self._minimize(evaluator, store, space, decision)
             (result.winners if isinstance(decision, Winner) else result.losers).append(decision)
             self.report.note(decision_note(decision, remeasured))
         for worker in workers:
@@ -442,6 +445,21 @@ class Tuner:
             self.report.note(f"{name}: {row.config_key} did not hold up when re-measured")
         return decide(store, name, arch), remeasured
 
+    def _minimize(self, evaluator: Evaluator, store: Store, space: FlagSpace, winner: Winner) -> Winner:
+        """The winner less the options it can do without (minimize.py), as time allows."""
+        name, arch = evaluator.target.name, evaluator.arch_keys
+        check = next(o for o in reversed(outcomes(store, name, arch, "validate"))
+                     if o.evaluation.config_key == winner.validated and o.faster)
+
+        def halt() -> bool:
+            self.check_interrupt()
+            return self.out_of_time()
+
+        minimize(evaluator, space, check, self._sampling().scaled(2), halt, self.report)
+        decision = decide(store, name, arch)
+        assert isinstance(decision, Winner)  # minimizing adds no search or validation result
+        return decision
+
     def _environment(self) -> dict[str, object]:
         compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}
         return {**environment.describe(self.gpus), "compilers": compilers}
@@ -457,16 +475,17 @@ def decision_note(decision: Winner | NoWinner, remeasured: Sequence[str]) -> str
     name = decision.target
     if isinstance(decision, NoWinner):
         return f"{name}: {decision.reason}; it keeps the project's flags"
-    if decision.config_key in remeasured:
-        return f"{name}: winner {decision.config_key} ({decision.speedup:.3f}x)"
+    left_out = "".join(f"; without {d.option}: {d.why}" for d in decision.dropped)
+    if decision.validated in remeasured:
+        return f"{name}: winner {decision.config_key} ({decision.speedup:.3f}x){left_out}"
     why = []
     if failed := [k for k in remeasured if k != decision.config_key]:
         why.append(f"{', '.join(failed)} did not hold up when re-measured")
     if decision.pending:
         why.append(f"{', '.join(decision.pending)} {'is' if len(decision.pending) == 1 else 'are'} "
                    "faster in the search but not validated yet")
-    return (f"{name}: {''.join(f'{w}; ' for w in why)}{decision.config_key}, validated in an earlier run, "
-            f"stays the winner ({decision.speedup:.3f}x)")
+    return (f"{name}: {''.join(f'{w}; ' for w in why)}{decision.validated}, validated in an earlier run, "
+            f"stays the winner ({decision.speedup:.3f}x){left_out}")
 
 
 def tune(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:

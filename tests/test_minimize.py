@@ -1,0 +1,78 @@
+"""Shipped flags are minimal: a passenger option (same machine code without it) is left out after
+a real compile, an option that changes the code is measured without it and kept when it matters."""
+
+from __future__ import annotations
+
+from compileiq_build.codeinfo import code_digest, object_files
+from compileiq_build.evaluate import Sampling
+from compileiq_build.minimize import minimize
+from compileiq_build.progress import Reporter
+from compileiq_build.selection import decide, outcomes
+from compileiq_build.space import Dimension, FlagSpace
+from tests.conftest import cxx_evaluator
+
+# -fno-math-errno changes nothing in saxpy (no math calls); -O3 is most of its speed at the
+# project's -O0.
+SPACE = FlagSpace((
+    Dimension("CXX", "O", ("3",), "-O{v}", 1),
+    Dimension("CXX", "no-math-errno", ("on",), "-fno-math-errno", 2),
+))
+WINNER = {"CXX:O": "3", "CXX:no-math-errno": "on"}
+
+
+def test_a_passenger_is_left_out_and_an_option_that_matters_is_kept(cxx_project, configure):
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    worker = evaluator.workers[0]
+    flags = SPACE.flags(WINNER)
+    check = evaluator.evaluate(WINNER, flags, "model", "validate", evaluator.build(flags, worker, 0),
+                               sampling=Sampling(4, 4))
+    assert check.faster
+    evaluator.evaluate(WINNER, flags, "model", "search", evaluator.build(flags, worker, 0))
+
+    minimize(evaluator, SPACE, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
+    # Without -fno-math-errno: compiled, the same code as the winner's, not measured.
+    passenger = steps["CXX:O=3"]
+    assert passenger.evaluation.same_as == check.evaluation.id
+    assert passenger.evaluation.digest == check.evaluation.digest
+    assert not [s for s in store.samples(passenger.evaluation.id)]
+    # Then -O3 alone is all that is left: the baseline remains without it, so it is not tried.
+    assert set(steps) == {"CXX:O=3"}
+
+    winner = decide(store, "saxpy", evaluator.arch_keys)
+    assert winner.validated == "CXX:O=3 CXX:no-math-errno=on"
+    assert winner.config_key == "CXX:O=3" and winner.flags == {"CXX": ("-O3",)}
+    assert [(d.option, d.why) for d in winner.dropped] == [
+        ("CXX:no-math-errno=on", "the machine code is the same without it")]
+    # The kept option changes the code: the tree built with the project's flags differs.
+    tree = worker.trees[0]
+    worker.build(0, "saxpy", {}, evaluator.ninja_targets, 600, 1)
+    assert code_digest(object_files(tree.path, "saxpy")) != passenger.evaluation.digest
+    store.close()
+
+
+def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, configure):
+    """-O3 -funroll-loops against -O3: without the unrolling the code differs, so the step is
+    measured; whichever way it comes out, decide follows exactly what holds_without says."""
+    from compileiq_build.selection import holds_without
+
+    space = FlagSpace((Dimension("CXX", "O", ("3",), "-O{v}", 1),
+                       Dimension("CXX", "unroll-loops", ("on",), "-funroll-loops", 1)))
+    winner = {"CXX:O": "3", "CXX:unroll-loops": "on"}
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    flags = space.flags(winner)
+    check = evaluator.evaluate(winner, flags, "model", "validate",
+                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
+    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
+    assert check.faster
+    minimize(evaluator, space, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    (step,) = [o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")
+               if o.evaluation.config_key == "CXX:O=3"]
+    assert step.evaluation.same_as is None and store.samples(step.evaluation.id)  # measured
+    shipped = decide(store, "saxpy", evaluator.arch_keys)
+    if holds_without(step, check):
+        assert shipped.config_key == "CXX:O=3"
+        assert shipped.dropped[0].why.startswith("not slower beyond noise without it")
+    else:
+        assert shipped.config_key == "CXX:O=3 CXX:unroll-loops=on" and not shipped.dropped
+    store.close()
