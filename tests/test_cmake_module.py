@@ -91,20 +91,35 @@ def test_tuned_flags_reach_only_the_named_target(cxx_project, configure):
         assert "-O2" not in commands[other] and "-O1" not in commands[other]
 
 
-def test_the_generated_toolchain_file_finds_the_module_by_itself(cxx_project, configure):
-    # As the file's own comment says to build: no -DCompileIQ_ROOT; the python3 on PATH knows.
+def _release_with_generated_file(project: Path, configure, path: str) -> subprocess.CompletedProcess[str]:
+    """Configure `project` with a generated toolchain file and no -DCompileIQ_ROOT, as the file's
+    own comment says to build, with `path` as PATH."""
     gain = WorkloadGain("saxpy[]", RatioEstimate(0.5, 0.4, 0.6, 5))
     text = render([Winner("saxpy", {"CXX": "portable"}, "CXX:O=2", {"CXX": ("-O2",)}, (gain,), 3)], [],
                   Provenance("2026-11-30", "CPU", "none", (), "staged"))
-    toolchain = cxx_project / "compileiq-toolchain.cmake"
+    toolchain = project / "compileiq-toolchain.cmake"
     toolchain.write_text(text)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    build = cxx_project / "release"
-    proc = subprocess.run([configure.cmake, "-S", str(cxx_project), "-B", str(build), "-G", "Ninja",
+    return subprocess.run([configure.cmake, "-S", str(project), "-B", str(project / "release"), "-G", "Ninja",
                            f"-DCMAKE_MAKE_PROGRAM={configure.ninja}", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env={**os.environ, "PATH": path},
+                          cwd=project)  # python3 -m would find the package in this checkout's folder
+
+
+def test_the_generated_toolchain_file_finds_the_module_by_itself(cxx_project, configure):
+    # The python3 of this environment, first on PATH, knows the module.
+    proc = _release_with_generated_file(cxx_project, configure,
+                                        f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"CompileIQ: saxpy \(CXX, \S+\) uses tuned flags: -O2$", proc.stdout, re.M)
+
+
+def test_without_a_python_that_knows_the_module_the_toolchain_file_says_what_to_do(cxx_project, configure):
+    # The system's python3 has no compileiq_build: CMake alone would only say it cannot find CompileIQ.
+    proc = _release_with_generated_file(cxx_project, configure, "/usr/bin:/bin")
+    assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    message = " ".join(proc.stderr.split())
+    assert "no python3 on PATH knows the compileiq_build package" in message
+    assert "Activate the environment it is installed in" in message and "-DCompileIQ_ROOT=" in message
 
 
 def test_a_toolchain_file_of_a_newer_format_is_refused(cxx_project, configure):
