@@ -235,7 +235,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from compileiq_build.report import show_space
 
         print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change,
-                         args.allow_host_specific))
+                         args.allow_host_specific, lambda text: print(text, file=sys.stderr, flush=True)))
     elif args.verb == "doctor":
         from compileiq_build.doctor import doctor
 

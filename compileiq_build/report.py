@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import datetime
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
@@ -21,7 +21,7 @@ from compileiq_build.selection import (
     pairs,
     portable_set,
 )
-from compileiq_build.space import DEFAULT, Prober, build_space
+from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
 from compileiq_build.store import STORE, Store, read_store
 from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
@@ -244,7 +244,9 @@ def emit(build_dir: Path, output: Path | None,
 
 
 def show_space(languages: Sequence[str], allow_numerics_change: bool,
-               allow_host_specific: bool = False) -> str:
+               allow_host_specific: bool = False, progress: Callable[[str], None] | None = None) -> str:
+    """The space per language: a target tunes one language's options or another's, so their
+    counts are not multiplied."""
     from compileiq_build import environment
 
     compilers = {}
@@ -255,8 +257,12 @@ def show_space(languages: Sequence[str], allow_numerics_change: bool,
     missing = [lang for lang in languages if lang not in compilers]
     cache = Path.home() / ".cache" / "compileiq_build"
     space = build_space([lang for lang in languages if lang in compilers], compilers,
-                        Prober(cache), allow_numerics_change, allow_host_specific=allow_host_specific)
-    lines = [f"{len(space.dimensions)} dimensions, {space.size} configurations"]
+                        Prober(cache, progress=progress), allow_numerics_change,
+                        allow_host_specific=allow_host_specific)
+    lines = []
+    for lang in compilers:
+        dims = FlagSpace(tuple(d for d in space.dimensions if d.language == lang))
+        lines.append(f"{lang}: {len(dims.dimensions)} dimensions, {dims.size} configurations")
     for d in space.dimensions:
         values = ", ".join(d.values)
         note = f"  ({d.note})" if d.note else ""

@@ -13,7 +13,7 @@ import json
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +149,7 @@ class Prober:
 
     cache_dir: Path
     extra_args: dict[str, list[str]] = field(default_factory=dict)
+    progress: Callable[[str], None] | None = None  # told before a probe that compiles
 
     def _cache_file(self, language: str, compiler: str, version: str) -> Path:
         digest = hashlib.sha256(f"{language}\0{compiler}\0{version}".encode()).hexdigest()[:16]
@@ -165,6 +166,8 @@ class Prober:
             except (OSError, json.JSONDecodeError):
                 known = {}
         todo = [f for f in dict.fromkeys(flags) if f not in known]
+        if todo and self.progress:
+            self.progress(f"probing {len(todo)} {language} flags with {compiler} (once per compiler version)")
         if todo:
             with ThreadPoolExecutor(max_workers=4) as pool:
                 for flag, verdict in zip(todo, pool.map(

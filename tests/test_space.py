@@ -72,5 +72,11 @@ def test_space_command_caches_per_compiler_version(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "compileiq_build", "space", "--language", "CXX"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
+    # The first call probes, and says so while it does; the second reads the cache.
+    assert "probing" in proc.stderr and "CXX flags with" in proc.stderr
+    assert proc.stdout.startswith("CXX: ") and "configurations" in proc.stdout.splitlines()[0]
+    again = subprocess.run([sys.executable, "-m", "compileiq_build", "space", "--language", "CXX"],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and "probing" not in again.stderr and again.stdout == proc.stdout
     expected = Prober(tmp_path / ".cache" / "compileiq_build")._cache_file("CXX", cxx, tool_version(cxx))
     assert [p.name for p in expected.parent.glob("probe-CXX-*.json")] == [expected.name]
