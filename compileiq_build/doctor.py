@@ -50,13 +50,6 @@ def doctor(build_dir: Path | None = None) -> tuple[str, bool]:
         else:
             lines.append(f"{name:6} MISSING: {_FIXES[name]}")
             ok = ok and name in _OPTIONAL
-    try:
-        import lightgbm
-
-        lines.append(f"lightgbm {lightgbm.__version__}")
-    except ImportError:
-        lines.append("lightgbm MISSING: python -m pip install lightgbm")
-        ok = False
     gpus = environment.detect_gpus()
     for g in gpus:
         lines.append(f"GPU {g.index}: {g.name} ({g.arch_key}), driver {g.driver}, "

@@ -121,8 +121,10 @@ def test_warm_start_tries_what_was_faster_for_other_targets_first():
              Trial({"CXX:O": "3"}, 0.5, True)]  # another language: not in this space
     history, phases, _ = search(ModelGuided(seed=0, prior=prior), 30, until=lambda h: len(h) == 3)
     assert [config_key(t.config) for t in history[:2]] == ["CUDA:dlcm=cg CUDA:rul=8", "CUDA:rul=3"]
-    assert phases == ["transfer", "transfer", "screen"]
-    assert config_key(history[2].config) == "CUDA:rul=0"  # the first one-option move, not rul=2
+    # They held up: the model then fits on the other target's rows instead of screening, and does
+    # not take over what was slower there.
+    assert phases[:2] == ["transfer", "transfer"] and phases[2] in ("combine", "model")
+    assert config_key(history[2].config) != "CUDA:rul=2"
 
 
 def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():

@@ -1,7 +1,7 @@
 """Stage 3: strategies that propose the next configuration to measure, one module each.
 
 Every strategy implements `Strategy.propose(Context) -> Proposal | Stop` (`base.py`); the
-registry below builds one by name, importing LightGBM only for the model.
+registry below builds one by name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["STRATEGIES", "Candidate", "Context", "Exhaustive", "Proposal", "Rand
 def make_strategy(name: str, seed: int = 0, prior: Sequence[Trial] = ()) -> Strategy:
     """`prior`: evaluations of other targets, which the model-guided search starts from."""
     if name == "model":
-        from compileiq_build.strategies.model import ModelGuided  # LightGBM loads only when used
+        from compileiq_build.strategies.model import ModelGuided  # numpy loads only when used
 
         return ModelGuided(seed, prior=prior)
     if name == "random":

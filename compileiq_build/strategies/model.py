@@ -4,7 +4,8 @@ Each proposal names its phase, for the log:
 
 - **transfer** (warm start): the best faster configurations of other targets in the store
   (up to TRANSFER_SEEDS), as long as they gain here at least half of what they gained there.
-- **screen**: one-option moves away from the project's flags, in passes over the dimensions in
+- **screen** (unless what transferred from other targets informs the model): one-option moves
+  away from the project's flags, in passes over the dimensions in
   stage order (common to exotic), each pass taking every dimension's next value; a dimension's
   values come extremes first (0 and 10 before 4).  A move whose machine code was measured is
   known without measuring.  Screening spends at most SCREEN_SHARE of the budget: what it leaves
@@ -16,16 +17,18 @@ Each proposal names its phase, for the log:
 
 The model of log(cost ratio) has two parts.  Additive effects of every option value (Bayesian
 ridge regression on one-hot values: a value never measured keeps its prior spread, so the
-bound explores it where it could pay) and a bagged ensemble of small LightGBM models fitted to
-what the effects miss (interactions), over the options and the compile-time features of each
-configuration's code (registers, spills, instruction mix), where known.  Configurations whose
-code was measured enter the fit with that code's ratio: the classes of identical code are data.
-Candidates of one code are one choice.
+bound explores it where it could pay) and a Gaussian process fitted to what the effects miss
+(interactions), over the options and the compile-time features of each configuration's code
+(registers, spills, instruction mix), where known: configurations of similar code are predicted
+alike.  Configurations whose code was measured enter the fit with that code's ratio: the classes
+of identical code are data.  Candidates of one code are one choice.  At 20 evaluations the
+process beat a bagged LightGBM ensemble in its place on every replayed table
+(benchmarks/results/search/large/README.md): trees fitted on so few rows split on noise.
 
 It stops when even the optimistic bound of every untried configuration beats the best so far by
 less than the measured noise (the median half-width of the measured ratios' intervals); before
 that it measures, along every dimension, one configuration that changes only that dimension of
-the incumbent (the trees may have missed an interaction).
+the incumbent (the model may have missed an interaction).
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
@@ -54,7 +56,6 @@ EFFECT_PRIOR = 0.05
 # Evaluations of other targets (warm start) count this much in the fit.
 PRIOR_WEIGHT = 0.5
 TRANSFER_SEEDS = 4
-MIN_ROWS_FOR_TREES = 8
 
 
 def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
@@ -107,11 +108,10 @@ def _changed(config: Config, base: Config) -> list[str]:
 class ModelGuided:
     name = "model"
 
-    def __init__(self, seed: int = 0, ensemble: int = 8, kappa: float = 1.0, noise: float = 0.002,
+    def __init__(self, seed: int = 0, kappa: float = 1.0, noise: float = 0.002,
                  prior: Sequence[Trial] = ()) -> None:
         self.seed = seed
         self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
-        self.ensemble = ensemble
         self.kappa = kappa
         self.noise = noise  # relative: gains predicted below this are not worth measuring
 
@@ -123,14 +123,15 @@ class ModelGuided:
         prior = [(space.full_config(t.config), t) for t in self.prior if _fits(space, t.config)]
         if (transfer := self._transfer(context, prior)) is not None:
             return Proposal(transfer, "transfer")
-        if (move := self._screen(context)) is not None:
+        if not _transfers(prior, measured):
+            prior = []
+        # What transferred from other targets informs the model as screening would.
+        if not prior and (move := self._screen(context)) is not None:
             return Proposal(move, "screen")
         pool = self._pool(context, rng)
         if not pool:
             return Stop("every configuration of the space was measured")
-        if not _transfers(prior, measured):
-            prior = []
-        mean, std = self._predict(context, prior, pool, rng)
+        mean, std = self._predict(context, prior, pool)
         best = min([1.0, *(t.ratio for _, t in measured if t.ratio is not None)])
         combined = sum(len(_changed(c, space.default_config())) > 1 for c, _ in measured)
         if combined < COMBINE:
@@ -225,30 +226,27 @@ class ModelGuided:
         target = np.log([min(r, INVALID_RATIO) if r is not None else INVALID_RATIO for _, r, _ in rows])
         return [c for c, _, _ in rows], target, np.array([w for _, _, w in rows])
 
-    def _predict(self, context: Context, prior: Sequence[tuple[Config, Trial]], pool: list[Config],
-                 rng: random.Random) -> tuple[np.ndarray, np.ndarray]:
+    def _predict(self, context: Context, prior: Sequence[tuple[Config, Trial]],
+                 pool: list[Config]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of log(cost ratio) for every pool configuration."""
         train, target, weight = self._data(context, prior)
         noise, _ = self._noise(context.measured)
         x_train, x_pool = _one_hot(context.space, train), _one_hot(context.space, pool)
+        if prior:  # an effect of its own for other targets' rows: the offset between the targets
+            x_train = np.hstack([x_train, (weight < 1.0)[:, None].astype(float)])
+            x_pool = np.hstack([x_pool, np.zeros((len(pool), 1))])
         # Bayesian ridge: effects ~ N(0, EFFECT_PRIOR^2), measurements ~ N(effects, noise^2 / weight).
         precision = (x_train.T * weight) @ x_train / noise**2 + np.eye(x_train.shape[1]) / EFFECT_PRIOR**2
         covariance = np.linalg.inv(precision)
         effects = covariance @ ((x_train.T * weight) @ target) / noise**2
         mean = x_pool @ effects
         var = np.einsum("ij,jk,ik->i", x_pool, covariance, x_pool)
-        if len(train) >= MIN_ROWS_FOR_TREES:
-            # Where most candidates' compiled code is known, the trees see it (registers, spills,
-            # instruction mix) and model the ratio themselves: an option's effect then depends on
-            # what it does to the code (-maxrregcount=255 costs 30% alone on a GEMM and nothing
-            # beside a lower register-usage level), which additive effects cannot express.
-            if sum(bool(f) for f in _features(context, pool)) * 2 < len(pool):
-                residual = target - x_train @ effects
-                trees = self._ensemble(context, train, residual, weight, pool, rng, bool(prior))
-                mean, var = mean + trees.mean(axis=0), var + trees.var(axis=0)
-            else:
-                trees = self._ensemble(context, train, target, weight, pool, rng, bool(prior))
-                mean, var = trees.mean(axis=0), trees.var(axis=0) + 0.25 * var
+        if len(train) >= 2:
+            # What the additive effects miss (interactions), over the options and the code.
+            # Its prior spread is that of the landscape measured so far: flat, and it stops.
+            spread = max(float(np.var(target)), noise**2)
+            gp_mean, gp_var = _gp(context, train, target - x_train @ effects, weight, pool, noise, spread)
+            mean, var = mean + gp_mean, var + gp_var
         return mean, np.sqrt(var)
 
     def _noise(self, measured: Sequence[tuple[Config, Trial]]) -> tuple[float, bool]:
@@ -267,42 +265,6 @@ class ModelGuided:
                       if len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
         return min(candidates, key=lambda i: bound[i]) if candidates else None
 
-    def _frame(self, context: Context, configs: Sequence[Config], borrowed: Sequence[bool],
-               with_borrowed: bool) -> pd.DataFrame:
-        columns: dict[str, object] = {}
-        if with_borrowed:  # which rows come from other targets: the trees may learn their offset
-            columns["borrowed"] = pd.Categorical([int(b) for b in borrowed], categories=[0, 1])
-        for i, d in enumerate(context.space.dimensions):
-            columns[f"d{i}"] = pd.Categorical([c.get(d.key, DEFAULT) for c in configs],
-                                              categories=[DEFAULT, *d.values])
-        rows = _features(context, configs)
-        for j, name in enumerate(sorted({k for r in rows for k in r})):
-            columns[f"f{j}"] = [float(r.get(name, math.nan)) for r in rows]
-        return pd.DataFrame(columns)
-
-    def _ensemble(self, context: Context, train: list[Config], target: np.ndarray, weight: np.ndarray,
-                  pool: list[Config], rng: random.Random, with_borrowed: bool) -> np.ndarray:
-        import lightgbm
-
-        borrowed = weight < 1.0
-        frame = self._frame(context, train + pool, [*borrowed, *([False] * len(pool))], with_borrowed)
-        x_train, x_pool = frame.iloc[:len(train)], frame.iloc[len(train):]
-        n = len(train)
-        params = {"objective": "regression", "learning_rate": 0.15, "num_leaves": 8,
-                  "min_data_in_leaf": 2, "min_data_in_bin": 1, "min_data_per_group": 1,
-                  "cat_smooth": 1.0, "cat_l2": 1.0, "max_cat_to_onehot": 16, "lambda_l2": 0.1,
-                  "feature_fraction": 0.8, "verbose": -1, "num_threads": 1,
-                  "deterministic": True, "force_row_wise": True}
-        out = []
-        for b in range(self.ensemble):
-            rows = [rng.randrange(n) for _ in range(n)]  # bootstrap: the bag's view of the data
-            rows[0] = 0  # every bag knows the baseline
-            data = lightgbm.Dataset(x_train.iloc[rows], target[rows], weight=weight[rows],
-                                    free_raw_data=False)
-            booster = lightgbm.train({**params, "seed": self.seed * 100 + b}, data, num_boost_round=40)
-            out.append(booster.predict(x_pool))
-        return np.vstack(out)
-
 
 def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
     """Each configuration's compile-time features, where known: those of its code (a configuration
@@ -313,6 +275,40 @@ def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, 
     codes = context.codes
     rows = [own.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
     return [{k: v for k, v in r.items() if k.startswith("all:")} or r for r in rows]
+
+
+def _gp(context: Context, train: list[Config], target: np.ndarray, weight: np.ndarray,
+        pool: list[Config], noise: float, amplitude: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian-process regression over the options (one-hot) and the code's features
+    (standardized): configurations of similar code are predicted alike."""
+    configs = train + pool
+    x = _one_hot(context.space, configs)
+    rows = _features(context, configs)
+    names = sorted({k for r in rows for k in r})
+    if names:
+        f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows])
+        seen = ~np.isnan(f).all(axis=0)
+        f = f[:, seen]
+        mu, sd = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
+        varies = sd > 0
+        z = np.nan_to_num((f[:, varies] - mu[varies]) / sd[varies])  # unknown: the mean
+        # The features together weigh about as much as a few options, however many columns.
+        x = np.hstack([x, z / max(1.0, math.sqrt(varies.sum() / 4))])
+    xt, xp = x[:len(train)], x[len(train):]
+    # No hyperparameters are fitted on a handful of rows: the length scale is the median squared
+    # distance between measured configurations.
+    d2 = ((xt[:, None, :] - xt[None, :, :]) ** 2).sum(-1)
+    scale = float(np.median(d2[d2 > 0])) if (d2 > 0).any() else 1.0
+
+    def kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return amplitude * np.exp(-((a[:, None, :] - b[None, :, :]) ** 2).sum(-1) / scale)
+
+    k = kernel(xt, xt) + np.diag(noise**2 / weight + 1e-9)
+    kp = kernel(xp, xt)
+    chol = np.linalg.cholesky(k)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, target))
+    v = np.linalg.solve(chol, kp.T)
+    return kp @ alpha, np.maximum(amplitude - (v**2).sum(0), 1e-12)
 
 
 def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
