@@ -297,8 +297,9 @@ class Evaluator:
         twin = None
         digest = built.compiled.digest
         if reduced_from is not None and digest:
+            # The twin is the evaluation that holds the samples, as in the search.
             twin = SAME_AS_BASELINE if digest == self.baseline_digest else (
-                reduced_from.id if digest == reduced_from.digest else None)
+                (reduced_from.same_as or reduced_from.id) if digest == reduced_from.digest else None)
         elif phase == "search" and digest:
             if digest == self.baseline_digest:
                 twin = SAME_AS_BASELINE

@@ -23,7 +23,16 @@ import jinja2
 from compileiq_build import __version__
 from compileiq_build.effects import Move, Removal, estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.gpu import slowdowns
-from compileiq_build.selection import SAME_AS_BASELINE, NoWinner, Outcome, Winner, decide, outcomes, pairs
+from compileiq_build.selection import (
+    SAME_AS_BASELINE,
+    NoWinner,
+    Outcome,
+    Winner,
+    decide,
+    outcomes,
+    pairs,
+    remeasured,
+)
 from compileiq_build.store import Store
 
 _COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280")
@@ -201,7 +210,7 @@ def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
     order = ["faster", "neutral", "slower", "invalid"]
     counts = [(v, float(verdicts.get(v, 0))) for v in order]
     decision = decide(store, target, arch)
-    measured = searched + outcomes(store, target, arch, "validate")
+    measured = searched + remeasured(store, target, arch)
     return TargetView(
         target=target, arch=", ".join(sorted(arch.values())), decision=decision, measured=len(searched),
         verdicts=dict(verdicts), failures=failures,

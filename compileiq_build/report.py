@@ -20,6 +20,7 @@ from compileiq_build.selection import (
     outcomes,
     pairs,
     portable_set,
+    remeasured,
 )
 from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
@@ -100,9 +101,7 @@ def report(build_dir: Path) -> str:
                 if decision.dropped:
                     lines.append(f"  validated as {decision.validated}; left out of the shipped flags:")
                     lines += [f"    {d.option}: {d.why}" for d in decision.dropped]
-                check = next(o for o in outcomes(store, target, arch, "validate")
-                             if o.evaluation.config_key == decision.config_key)
-                values = _values(store, check.evaluation.id)
+                values = _values(store, decision.evidence)
                 for g in decision.gains:
                     base, cand = values.get((g.workload, "baseline")), values.get((g.workload, "candidate"))
                     rate = g.workload in rates
@@ -112,7 +111,7 @@ def report(build_dir: Path) -> str:
                 lines.append(f"  no winner: {decision.reason}")
             if decision.pending:
                 lines.append(f"  {pending_text(decision)}")
-            measured = searched + outcomes(store, target, arch, "validate")
+            measured = searched + remeasured(store, target, arch)
             lines += _effect_lines(measured, decision)
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:

@@ -105,6 +105,7 @@ class Winner:
     pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
     dropped: tuple[Dropped, ...] = ()  # options of the validated configuration left out, and why
     validated: str = ""  # the configuration re-measured, of which `config_key` is what ships
+    evidence: int = 0  # the evaluation whose samples give `gains`
 
     @property
     def speedup(self) -> float:
@@ -136,6 +137,11 @@ def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -
             if r.status != INTERRUPTED]
 
 
+def remeasured(store: Store, target: str, arch_keys: dict[str, str]) -> list[Outcome]:
+    """What was measured after the search: validations and minimizing steps."""
+    return [o for phase in ("validate", "minimize") for o in outcomes(store, target, arch_keys, phase)]
+
+
 def pending_validation(store: Store, target: str, arch_keys: dict[str, str]) -> list[Outcome]:
     """The search measurements of `decide`'s pending configurations, best first: what the next
     validation re-measures."""
@@ -164,7 +170,8 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
             flags = {lang: tuple(f) for lang, f in shipped.evaluation.flags.items() if f}
             gains = tuple(WorkloadGain(w, e) for w, e in sorted(shipped.estimates.items()))
             return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
-                          tuple(pending), tuple(dropped), row.config_key)
+                          tuple(pending), tuple(dropped), row.config_key,
+                          shipped.evaluation.same_as or shipped.evaluation.id)
     if pending:
         reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
                   f"({len(searched)} measured); run tune again to re-measure them")

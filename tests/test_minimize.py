@@ -3,13 +3,15 @@ a real compile, an option that changes the code is measured without it and kept 
 
 from __future__ import annotations
 
+from conftest import cxx_evaluator
+
 from compileiq_build.codeinfo import code_digest, object_files
 from compileiq_build.evaluate import Sampling
 from compileiq_build.minimize import minimize
 from compileiq_build.progress import Reporter
+from compileiq_build.report import report
 from compileiq_build.selection import decide, outcomes
 from compileiq_build.space import Dimension, FlagSpace
-from tests.conftest import cxx_evaluator
 
 # -fno-math-errno changes nothing in saxpy (no math calls); -O3 is most of its speed at the
 # project's -O0.
@@ -44,6 +46,12 @@ def test_a_passenger_is_left_out_and_an_option_that_matters_is_kept(cxx_project,
     assert winner.config_key == "CXX:O=3" and winner.flags == {"CXX": ("-O3",)}
     assert [(d.option, d.why) for d in winner.dropped] == [
         ("CXX:no-math-errno=on", "the machine code is the same without it")]
+    # report shows the shipped flags, their measurement and what was left out (it looked the
+    # measurement up by the shipped configuration, which only minimizing measured).
+    text = report(cxx_project / "build")
+    assert "winner: CXX:O=3\n  flags:  -O3\n  validated as CXX:O=3 CXX:no-math-errno=on" in text
+    assert "CXX:no-math-errno=on: the machine code is the same without it" in text
+    assert "saxpy[" in text.split("left out of the shipped flags:")[1]
     # The kept option changes the code: the tree built with the project's flags differs.
     tree = worker.trees[0]
     worker.build(0, "saxpy", {}, evaluator.ninja_targets, 600, 1)

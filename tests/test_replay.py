@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,38 @@ def test_a_free_answer_does_not_spend_the_budget():
     pytest.importorskip("kernel_tuner")
     measured, _ = _drive("kernel-tuner-bo", budget=10, seed=0, free=True)
     assert len(measured) == 10 and len(set(measured)) == 10
+
+
+def _sampled_table(path: Path) -> Path:
+    """A sample of a 4 x 4 x 4 space with a `code` column and no features: `c` changes no code, and
+    (a=3, b=z) is the optimum, one code of two rows."""
+    rows = [("default", "default", "default")] + [r for r in itertools.product(
+        ("default", "1", "2", "3"), ("default", "x", "y", "z"), ("default", "p", "q", "r")) if r[2] in "pq"]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["a", "b", "c", "code", "time"])
+        for a, b, c in rows:
+            w.writerow([a, b, c, f"{a}/{b}", 0.9 if (a, b) == ("3", "z") else 1.0 + 0.01 * len(a + b)])
+    return path
+
+
+def test_a_sampled_table_with_codes_counts_distinct_codes(tmp_path, capsys):
+    path = _sampled_table(tmp_path / "sampled.csv")
+    search_replay.main([str(path), "--budget", "6", "--seeds", "3", "--json",
+                        "--strategies", "model", "random", "exhaustive"])
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"model", "random", "exhaustive"}
+    assert all({"fraction_at_budget", "short_of_95"} <= set(r) for r in out.values())
+    table = search_replay.load_table(path)
+    # Every strategy measures 6 distinct codes: rows of a code measured before are free.
+    for name in ("random", "exhaustive"):
+        measured = search_replay.run_ours(table, search_replay.OURS[name], 6, 0)
+        assert len(measured) == 6
+    bench = search_replay.Measurements(table, 2)
+    p, q = table.index({"a": "1", "b": "x", "c": "p"}), table.index({"a": "1", "b": "x", "c": "q"})
+    first = bench.measure(p)
+    assert not isinstance(first, search_replay.Free) and bench.measured == [first]
+    again = bench.measure(q)  # the same code: answered free, not counted
+    assert isinstance(again, search_replay.Free) and again == first and len(bench.measured) == 1
+    # A configuration outside the table is answered by the row with the fewest options changed.
+    assert table.rows[table.nearest({"a": "3", "b": "z", "c": "r"}, random.Random(0))]["a"] == "3"

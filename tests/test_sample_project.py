@@ -14,6 +14,8 @@ from conftest import ROOT, compile_commands
 
 from compileiq_build import environment
 from compileiq_build.project import load_manifest
+from compileiq_build.selection import Winner, decide, pairs
+from compileiq_build.store import read_store
 
 CUDA_TARGETS = ["gemm_kernels", "nbody_kernels", "stencil_kernels"]
 HOST_TARGETS = ["host_matmul", "host_blur", "host_particles"]
@@ -61,8 +63,20 @@ def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
     assert f"toolchain file: {toolchain}" in proc.stdout
     text = toolchain.read_text()
     assert "Tuned on:  CPU" in text
-    for target in HOST_TARGETS:
-        assert target in text  # each is either a winner or listed as kept
+    # Each target is what the store decides: a winner's flags in its variable, or kept with why.
+    store = read_store(tmp_path / "build" / "compileiq" / "results.sqlite")
+    try:
+        found = pairs(store)
+        assert sorted(t for t, _ in found) == sorted(HOST_TARGETS)
+        for target, arch in found:
+            decision = decide(store, target, arch)
+            if isinstance(decision, Winner):
+                flags = "".join(f"\n  [=[{f}]=]" for fl in decision.flags.values() for f in fl)
+                assert f"set(COMPILEIQ_FLAGS_{target}_CXX_{arch['CXX']}{flags}\n)" in text
+            else:
+                assert f"#   {target} ({arch['CXX']}): {decision.reason}" in text
+    finally:
+        store.close()
     assert "tuning the CXX targets host_matmul, host_blur, host_particles" in proc.stderr
     assert "strategy staged" in proc.stdout + proc.stderr  # 2 candidates: no room for the model's seeds
 
