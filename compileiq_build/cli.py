@@ -186,6 +186,10 @@ def _print_result(result) -> None:
     for n in result.losers:
         print(f"{n.target}: unchanged ({n.reason})")
     _print_pending([*result.winners, *result.losers])
+    if result.toolchain is None:  # the demo's temporary folder
+        print("the demo ran in a temporary folder, now removed; --workdir DIR keeps its build, "
+              "results and toolchain file")
+        return
     print(f"toolchain file: {result.toolchain}")
     print(f"build with it:  cmake -S <source> -B <build> -G Ninja "
           f"-DCMAKE_TOOLCHAIN_FILE={result.toolchain}")

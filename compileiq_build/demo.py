@@ -24,7 +24,16 @@ def sample_project_dir() -> Path:
 
 
 def demo(workdir: Path | None, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:
-    workdir = (workdir or Path(tempfile.mkdtemp(prefix="compileiq-demo-"))).resolve()
+    """Without `workdir`, in a temporary folder removed at the end, whatever happens: the result
+    then names no toolchain file."""
+    if workdir is not None:
+        return _demo(workdir.resolve(), options, reporter, command)
+    with tempfile.TemporaryDirectory(prefix="compileiq-demo-") as folder:
+        result = _demo(Path(folder).resolve(), options, reporter, command)
+    return dataclasses.replace(result, toolchain=None)
+
+
+def _demo(workdir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:
     source = workdir / "sample_project"
     build = workdir / "build"
     shutil.copytree(sample_project_dir(), source, dirs_exist_ok=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -79,6 +80,18 @@ def test_demo_tunes_the_host_targets_without_a_gpu(tmp_path):
         store.close()
     assert "tuning the CXX targets host_matmul, host_blur, host_particles" in proc.stderr
     assert "strategy staged" in proc.stdout + proc.stderr  # 2 candidates: no room for the model's seeds
+
+
+def test_demo_without_a_workdir_leaves_no_folder_behind(tmp_path):
+    if environment.detect_gpus():
+        pytest.skip("with a GPU the demo tunes CUDA targets")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "compileiq_build", "demo", "--targets", "host_blur", "--budget", "1",
+         "--repeats", "2"], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "host_blur" in proc.stdout and "temporary folder, now removed; --workdir DIR keeps" in proc.stdout
+    assert list(tmp_path.iterdir()) == []  # the copy of the project, its build and results are gone
 
 
 @pytest.mark.gpu
