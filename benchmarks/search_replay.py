@@ -182,7 +182,8 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         if row is None:
             raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
         ratio = bench.measure(row) / base
-        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=table.codes[row]))
+        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=table.codes[row],
+                             phase=proposal.phase))
     return bench.measured
 
 

@@ -228,16 +228,18 @@ class Evaluator:
 
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
-                 sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None) -> Outcome:
+                 sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None,
+                 proposed_by: str = "") -> Outcome:
         """Measure one compiled candidate on its worker's device, paired with the baseline.
         `reduced_from` (phase minimize): the evaluation of the configuration this one leaves an
-        option out of; of the same machine code, it stands for this one."""
+        option out of; of the same machine code, it stands for this one.  `proposed_by`: the
+        strategy's phase that proposed it (phase search)."""
         sampling = sampling or self.sampling
         key = config_key(config)
         parent = reduced_from.config_key if reduced_from else ""
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase, built.worker.name,
-                                                 built.started, parent)
+                                                 built.started, parent, proposed_by)
         if not built.result.ok:
             self.store.finish_evaluation(evaluation, BUILD_FAILED, _last_lines(built.result.log),
                                          built.result.seconds)

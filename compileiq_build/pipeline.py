@@ -45,7 +45,7 @@ class Proposals:
         self.max_candidates = max_candidates or CANDIDATES_PER_EVALUATION * budget
         self.halt = halt  # why to stop now (interrupted, out of time), or ""
         self.baseline_code = baseline_code
-        self.in_flight: dict[str, tuple[Config, str]] = {}  # key -> (config, code once compiled)
+        self.in_flight: dict[str, tuple[Proposal, str]] = {}  # key -> (proposal, code once compiled)
         self.finished = ""  # why the search ended, once it has
         self._cond = threading.Condition()
 
@@ -53,8 +53,8 @@ class Proposals:
         trials, known = self.history()
         # A candidate being measured is in the store already: count it once.
         recorded = {config_key(t.config) for t in trials}
-        pending = [Trial(c, None, False, code=code, pending=True)
-                   for key, (c, code) in self.in_flight.items() if key not in recorded]
+        pending = [Trial(p.config, None, False, code=code, pending=True, phase=p.phase)
+                   for key, (p, code) in self.in_flight.items() if key not in recorded]
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
                        baseline_code=self.baseline_code)
 
@@ -80,7 +80,7 @@ class Proposals:
                     return None
                 result = self.strategy.propose(context)
                 if isinstance(result, Proposal):
-                    self.in_flight[config_key(result.config)] = (result.config, "")
+                    self.in_flight[config_key(result.config)] = (result, "")
                     return result
                 if not self.in_flight:
                     self._finish(f"strategy {self.strategy.name} stops: {result.reason}")
@@ -95,7 +95,7 @@ class Proposals:
         with self._cond:
             key = config_key(config)
             if key in self.in_flight:
-                self.in_flight[key] = (config, code)
+                self.in_flight[key] = (self.in_flight[key][0], code)
 
     def done(self, config: Config) -> None:
         with self._cond:
@@ -151,7 +151,8 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     built = future.result()
                     report.evaluating(name, proposals.evaluations(), config_key(config))
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
-                                                 numerics=space.changes_numerics(config))
+                                                 numerics=space.changes_numerics(config),
+                                                 proposed_by=proposal.phase)
                     report.outcome(name, outcome, proposal.phase)
                     free.append(built.compiled.slot)
                 finally:

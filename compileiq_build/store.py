@@ -21,7 +21,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 
 STORE = Path("compileiq") / "results.sqlite"
-SCHEMA = 5
+SCHEMA = 6
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
   started REAL NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
   build_seconds REAL, digest TEXT NOT NULL DEFAULT '', same_as INTEGER,
   features TEXT NOT NULL DEFAULT '{}', worker TEXT NOT NULL DEFAULT '', finished REAL,
-  parent TEXT NOT NULL DEFAULT '');
+  parent TEXT NOT NULL DEFAULT '', proposed_by TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS samples (
   id INTEGER PRIMARY KEY,
   evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
@@ -48,7 +48,8 @@ CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
 # Older stores gain the columns added since: schema 2 the GPU state of each sample, schema 3
 # the code digest, the same-code reference and the compile-time features of each evaluation,
 # schema 4 the worker (GPU) that measured it and when it finished (`started` is when its build began),
-# schema 5 the configuration a minimizing step was reduced from.
+# schema 5 the configuration a minimizing step was reduced from, schema 6 the strategy's phase
+# that proposed a search evaluation (a strategy decides from its history alone).
 _MIGRATIONS = {
     "1": ["ALTER TABLE samples ADD COLUMN gpu TEXT NOT NULL DEFAULT '{}'"],
     "2": ["ALTER TABLE evaluations ADD COLUMN digest TEXT NOT NULL DEFAULT ''",
@@ -57,6 +58,7 @@ _MIGRATIONS = {
     "3": ["ALTER TABLE evaluations ADD COLUMN worker TEXT NOT NULL DEFAULT ''",
           "ALTER TABLE evaluations ADD COLUMN finished REAL"],
     "4": ["ALTER TABLE evaluations ADD COLUMN parent TEXT NOT NULL DEFAULT ''"],
+    "5": ["ALTER TABLE evaluations ADD COLUMN proposed_by TEXT NOT NULL DEFAULT ''"],
 }
 
 # Evaluation status values.
@@ -82,15 +84,16 @@ class EvaluationRow:
     features: dict[str, float] | None = None
     worker: str = ""  # "gpu0", "cpu", "ray:<node>/gpu0"
     parent: str = ""  # phase minimize: the configuration key this one was reduced from
+    proposed_by: str = ""  # phase search: the strategy's phase that proposed it ("screen", ...)
 
 
 _EVALUATION_COLUMNS = ("id, target, arch_keys, config_key, config, flags, strategy, phase, status, reason,"
-                       " build_seconds, digest, same_as, features, worker, parent")
+                       " build_seconds, digest, same_as, features, worker, parent, proposed_by")
 
 
 def _evaluation_row(r: Sequence[Any]) -> EvaluationRow:
     return EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7],
-                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]), r[14], r[15])
+                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]), r[14], r[15], r[16])
 
 
 def arch_json(arch_keys: Mapping[str, str]) -> str:
@@ -173,15 +176,16 @@ class Store:
                          config_key: str,
                          config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                          strategy: str, phase: str, worker: str = "", started: float | None = None,
-                         parent: str = "") -> int:
+                         parent: str = "", proposed_by: str = "") -> int:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO evaluations (session_id, target, arch_keys, config_key, config, flags,"
-                " strategy, phase, started, status, worker, parent) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " strategy, phase, started, status, worker, parent, proposed_by)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (session, target, arch_json(arch_keys), config_key,
                  json.dumps(dict(config), sort_keys=True),
                  json.dumps({k: list(v) for k, v in flags.items()}, sort_keys=True),
-                 strategy, phase, started or time.time(), RUNNING, worker, parent))
+                 strategy, phase, started or time.time(), RUNNING, worker, parent, proposed_by))
         return int(cur.lastrowid)
 
     @_locked

@@ -366,7 +366,8 @@ class Tuner:
         """The search so far: its trials, and every compiled candidate with its code and
         compile-time features (the model fits on those, measured or not)."""
         found = outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys, "search")
-        trials = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest) for o in found]
+        trials = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest,
+                        phase=o.evaluation.proposed_by) for o in found]
         known = [Candidate(o.evaluation.config, o.evaluation.digest, o.evaluation.features or {})
                  for o in found if o.evaluation.digest]
         return trials, known

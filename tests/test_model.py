@@ -49,7 +49,7 @@ def search(strategy, budget: int, outcome=None, spread: float | None = None, unt
         if isinstance(result, Stop):
             return history, phases, result
         ratio = outcome(result.config)
-        history.append(Trial(result.config, ratio, ratio < 0.999, spread))
+        history.append(Trial(result.config, ratio, ratio < 0.999, spread, phase=result.phase))
         phases.append(result.phase)
         if until is not None and until(history):
             break

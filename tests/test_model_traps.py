@@ -1,6 +1,7 @@
 """The model's rules that replays on recorded tables called for (issue 16 item 6), each on a
 small synthetic landscape with the same trap: the neighbour check before stopping, the
-warm-start threshold, and screening when one-option moves share machine code."""
+warm-start threshold, screening when one-option moves share machine code, and the local step
+after a new best configuration."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def search(model: ModelGuided, known: list[Candidate], closed: bool, outcome=rat
         if isinstance(result, Stop):
             return history, phases, result
         r = outcome(result.config)
-        history.append(Trial(result.config, r, r < 0.999, code=code(result.config)))
+        history.append(Trial(result.config, r, r < 0.999, code=code(result.config), phase=result.phase))
         phases.append(result.phase)
     return history, phases, None
 
@@ -98,7 +99,7 @@ def _same_code(c: Config) -> Config:
 def test_screening_measures_each_code_once():
     """Closed pool with shared codes: of the one-option moves, R=2 has R=1's code and S=a the
     baseline's; the model screens each code once, never proposes a configuration of a code
-    measured or pending, and its phases go screen, then combine, then model."""
+    measured or pending, and its phases go screen, then combine, then local steps and model."""
 
     def code(c: Config) -> str:
         return config_key(_same_code(SPACE.full_config(c)))
@@ -110,6 +111,49 @@ def test_screening_measures_each_code_once():
     assert len(codes) == len(set(codes)) and code(SPACE.default_config()) not in codes
     screened = [config_key(t.config) for t, p in zip(history, phases, strict=True) if p == "screen"]
     assert screened == ["T:O=1", "T:R=1", "T:X=on", "T:R=3", "T:S=b"]  # passes over the dimensions
-    order = {"screen": 0, "combine": 1, "model": 2}
+    order = {"screen": 0, "combine": 1, "local": 2, "model": 2}
     assert [order[p] for p in phases] == sorted(order[p] for p in phases)
-    assert set(phases) == set(order)
+    assert {"screen", "combine", "local", "model"} == set(phases)
+
+
+def _code_features(c: Config) -> dict[str, float]:
+    """Compile-time features of a made-up kernel: R sets the registers (and with them the
+    instruction count), S the store variant, O the instructions; X changes nothing in the code."""
+    registers = {"default": 128.0, "1": 96.0, "2": 96.0, "3": 168.0}[c["T:R"]]
+    return {"all:registers": registers, "all:st.cs": 64.0 if c["T:S"] == "a" else 0.0,
+            "all:st.wt": 64.0 if c["T:S"] == "b" else 0.0,
+            "all:instructions": (1500.0 if c["T:O"] == "1" else 1400.0) + 2 * (registers - 128.0)}
+
+
+def test_after_a_new_best_the_nearest_code_is_measured_once():
+    """The sample gemm's trap: its optimum differs from the runner-up by one store cache operator,
+    below what the model resolves.  After a new best configuration the model measures an untried
+    configuration whose compiled code is nearest to it (features), and does so once per best
+    configuration, decided from the recorded phases: a fresh instance over the same history agrees."""
+    def code(c: Config) -> str:
+        return repr(sorted(_code_features(SPACE.full_config(c)).items()))
+
+    known = [Candidate(c, code(c), _code_features(c)) for c in CONFIGS]
+    best = {"T:O": DEFAULT, "T:R": "1", "T:S": "a", "T:X": DEFAULT}
+    history = [Trial({"T:O": "1"}, 1.01, False, code=code({"T:O": "1"}), phase="screen"),
+               Trial({"T:R": "3", "T:X": "on"}, 1.02, False, phase="combine", code=code({"T:R": "3"})),
+               Trial(best, 0.98, True, phase="combine", code=code(best))]  # screening and combining done
+
+    def context_of(trials: list[Trial]) -> Context:
+        return Context(SPACE, trials, known, closed=True, budget=6,
+                       baseline_code=code(SPACE.default_config()))
+
+    context = context_of(history)
+    proposal = ModelGuided(seed=0).propose(context)
+    assert proposal.phase == "local"
+    # A code one feature away from the best's (of 48 configurations, most differ in several).
+    near = _code_features(SPACE.full_config(proposal.config))
+    assert sum(near[k] != v for k, v in _code_features(best).items()) == 1
+    assert ModelGuided(seed=3).propose(context) == proposal
+    measured = [*history, Trial(proposal.config, 0.985, True, phase="local", code=code(proposal.config))]
+    context = context_of(measured)
+    assert ModelGuided(seed=0).propose(context).phase != "local"  # the same best: looked at
+    better = [*measured, Trial({**best, "T:X": "on", "T:O": "1"}, 0.97, True, phase="model",
+                                code=code({**best, "T:O": "1"}))]
+    context = context_of(better)
+    assert ModelGuided(seed=0).propose(context).phase == "local"  # a new best: once more

@@ -5,6 +5,7 @@ and the survey, which maps a space on purpose."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -36,7 +37,7 @@ def _run(strategy, outcome, limit=50):
         if isinstance(result, Stop):
             return history
         ratio, faster = outcome(result.config)
-        history.append(Trial(result.config, ratio, faster))
+        history.append(Trial(result.config, ratio, faster, phase=result.phase))
     raise AssertionError("strategy did not stop")
 
 
@@ -176,11 +177,11 @@ def _drive(name: str, known: list[Candidate], closed: bool, seed: int = 1) -> tu
         # (d) closed: only the known pool
         if closed:
             assert key in known_keys, (name, key)
-        history.append(Trial(config, None, False, code=_code(config), pending=True))
+        history.append(Trial(config, None, False, code=_code(config), pending=True, phase=result.phase))
         if sum(t.pending for t in history) > 1:  # the older of two in flight is measured
             i = next(i for i, t in enumerate(history) if t.pending)
             r = _ratio(history[i].config)
-            history[i] = Trial(history[i].config, r, r < 0.999, 0.001, history[i].code)
+            history[i] = replace(history[i], ratio=r, faster=r < 0.999, spread=0.001, pending=False)
     raise AssertionError(f"{name} did not stop")
 
 

@@ -33,6 +33,7 @@ class Trial:
     spread: float | None = None  # relative half-width of its ratio's interval: what it could resolve
     code: str = ""  # label of its machine code; "" when unknown
     pending: bool = False  # proposed and not measured yet: ratio and faster mean nothing
+    phase: str = ""  # the strategy's phase that proposed it (Proposal.phase); "" when unknown
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ Each proposal names its phase, for the log:
   unmeasured, the model ranks.
 - **combine**: the configuration the model predicts best (no exploration bonus): the moves that
   helped, combined.  COMBINE such proposals at most.
+- **local**: once for every new best configuration, the untried configuration whose code is
+  nearest to the best code (compile-time features, else fewest options changed), however the
+  model ranks it.  The last fraction of a percent lies in small variants of the best code (the
+  sample gemm's optimum differs from its runner-up by one store cache operator), differences
+  the model cannot resolve from a few measurements of other codes.
 - **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
   deviations).
 
@@ -45,9 +50,11 @@ from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpac
 from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
 
 # Cost ratio assumed for a configuration that failed to build or run, and the clip of measured
-# ones: -maxrregcount=32 on a GEMM is 28 times slower, which is simply bad; left unclipped it
-# would dominate the squared loss.
-INVALID_RATIO = 2.0
+# ones: 10% slower than the project's flags is simply bad, and how much worse (-maxrregcount=32
+# on a GEMM is 28 times slower) says nothing about where the optimum lies.  Left unclipped, such
+# ratios set the Gaussian process's amplitude and hide the percent-level differences searched
+# for (at 2.0, 7 of 32 synthetic landscapes ended short of 95% at budget 20; at 1.1, 1).
+INVALID_RATIO = 1.1
 POOL = 4000
 SCREEN_SHARE = 0.5
 COMBINE = 2
@@ -56,6 +63,7 @@ EFFECT_PRIOR = 0.05
 # Evaluations of other targets (warm start) count this much in the fit.
 PRIOR_WEIGHT = 0.5
 TRANSFER_SEEDS = 4
+STOP_KAPPA = 1.0
 
 
 def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
@@ -108,7 +116,7 @@ def _changed(config: Config, base: Config) -> list[str]:
 class ModelGuided:
     name = "model"
 
-    def __init__(self, seed: int = 0, kappa: float = 1.0, noise: float = 0.002,
+    def __init__(self, seed: int = 0, kappa: float = 2.0, noise: float = 0.002,
                  prior: Sequence[Trial] = ()) -> None:
         self.seed = seed
         self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
@@ -139,11 +147,13 @@ class ModelGuided:
             if mean[choice] < math.log(best):
                 return Proposal(pool[choice], "combine")
         bound = mean - self.kappa * std
+        incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
+                        key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
+        if best < 1.0 and (local := _unrefined(context, incumbent, pool, bound)) is not None:
+            return Proposal(pool[local], "local")
         choice = int(np.argmin(bound))
         noise, measured_noise = self._noise(measured)
-        if bound[choice] > math.log(best) + math.log1p(-noise):
-            incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
-                            key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
+        if (mean - STOP_KAPPA * std).min() > math.log(best) + math.log1p(-noise):
             if (check := self._unchecked_neighbour(incumbent, measured, pool, bound)) is not None:
                 return Proposal(pool[check], "model")
             what = "the measured noise" if measured_noise else "the assumed noise"
@@ -264,6 +274,37 @@ class ModelGuided:
         candidates = [i for i, c in enumerate(pool)
                       if len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
         return min(candidates, key=lambda i: bound[i]) if candidates else None
+
+
+def _code_distance(context: Context, incumbent: Config, configs: Sequence[Config]) -> np.ndarray:
+    """How far each configuration's compiled code lies from the incumbent's, as rows (feature
+    distance, options changed) to sort by: the distance of their compile-time features
+    (standardized) where both are known (compiled), infinite where not; then the options
+    changed from the incumbent."""
+    changed = np.array([len(_changed(c, incumbent)) for c in configs], dtype=float)
+    distance = np.zeros(len(configs))
+    rows = _features(context, [incumbent, *configs])
+    names = sorted({k for r in rows for k in r})
+    if names and rows[0] and configs:
+        f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows])
+        sd = np.nanstd(f, axis=0)
+        z = (f - np.nanmean(f, axis=0)) / np.where(sd > 0, sd, 1.0)
+        d = ((z[1:] - z[0]) ** 2).sum(1)
+        distance = np.where(np.isnan(d), math.inf, d)
+    return np.stack([distance, changed], axis=1) if configs else np.zeros((0, 2))
+
+
+def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], bound: np.ndarray) -> int | None:
+    """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's
+    (ties to the lower bound), unless a local proposal followed the incumbent already (from the
+    history alone, so that a resumed run, or one with proposals in flight, decides alike)."""
+    key = config_key(incumbent)
+    phases = [(config_key(context.space.full_config(t.config)), t.phase) for t in context.history]
+    since = next((i for i, (k, _) in enumerate(phases) if k == key), len(phases))
+    if not pool or any(phase == "local" for _, phase in phases[since + 1:]):
+        return None
+    near = _code_distance(context, incumbent, pool)
+    return int(np.lexsort((bound, near[:, 1], near[:, 0]))[0])
 
 
 def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
