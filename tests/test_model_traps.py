@@ -129,7 +129,8 @@ def test_after_a_new_best_the_nearest_code_is_measured_once():
     """The sample gemm's trap: its optimum differs from the runner-up by one store cache operator,
     below what the model resolves.  After a new best configuration the model measures an untried
     configuration whose compiled code is nearest to it (features), and does so once per best
-    configuration, decided from the recorded phases: a fresh instance over the same history agrees."""
+    configuration, decided from the recorded phases: a fresh instance over the same history agrees.
+    One that compiled to the best's own code does not count."""
     def code(c: Config) -> str:
         return repr(sorted(_code_features(SPACE.full_config(c)).items()))
 
@@ -150,6 +151,10 @@ def test_after_a_new_best_the_nearest_code_is_measured_once():
     near = _code_features(SPACE.full_config(proposal.config))
     assert sum(near[k] != v for k, v in _code_features(best).items()) == 1
     assert ModelGuided(seed=3).propose(context) == proposal
+    # A local step that compiled to the best's own code (open spaces: the code is known only
+    # after compiling) looked at nothing: another one follows.
+    twin = [*history, Trial({**best, "T:R": "2"}, 0.98, True, code=code(best), phase="local")]
+    assert ModelGuided(seed=0).propose(context_of(twin)).phase == "local"
     measured = [*history, Trial(proposal.config, 0.985, True, phase="local", code=code(proposal.config))]
     context = context_of(measured)
     assert ModelGuided(seed=0).propose(context).phase != "local"  # the same best: looked at

@@ -13,10 +13,11 @@ Each proposal names its phase, for the log:
 - **combine**: the configuration the model predicts best (no exploration bonus): the moves that
   helped, combined.  COMBINE such proposals at most.
 - **local**: once for every new best configuration, the untried configuration whose code is
-  nearest to the best code (compile-time features, else fewest options changed), however the
-  model ranks it.  The last fraction of a percent lies in small variants of the best code (the
-  sample gemm's optimum differs from its runner-up by one store cache operator), differences
-  the model cannot resolve from a few measurements of other codes.
+  nearest to the best code (compile-time features where compiled, else fewest options
+  changed; ties to the better predicted mean), however the model ranks it.  The last fraction
+  of a percent lies in small variants of the best code (the sample gemm's optimum differs from
+  its runner-up by one store cache operator), differences the model cannot resolve from a few
+  measurements of other codes.
 - **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
   deviations).
 
@@ -149,7 +150,7 @@ class ModelGuided:
         bound = mean - self.kappa * std
         incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                         key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
-        if best < 1.0 and (local := _unrefined(context, incumbent, pool, bound)) is not None:
+        if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean)) is not None:
             return Proposal(pool[local], "local")
         choice = int(np.argmin(bound))
         noise, measured_noise = self._noise(measured)
@@ -294,17 +295,20 @@ def _code_distance(context: Context, incumbent: Config, configs: Sequence[Config
     return np.stack([distance, changed], axis=1) if configs else np.zeros((0, 2))
 
 
-def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], bound: np.ndarray) -> int | None:
+def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray) -> int | None:
     """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's
-    (ties to the lower bound), unless a local proposal followed the incumbent already (from the
-    history alone, so that a resumed run, or one with proposals in flight, decides alike)."""
+    (ties to the better predicted mean: this step exploits), unless a local proposal followed
+    the incumbent already and did not compile to the incumbent's own code.  Decided from the
+    history alone, so that a resumed run, or one with proposals in flight, decides alike."""
     key = config_key(incumbent)
-    phases = [(config_key(context.space.full_config(t.config)), t.phase) for t in context.history]
-    since = next((i for i, (k, _) in enumerate(phases) if k == key), len(phases))
-    if not pool or any(phase == "local" for _, phase in phases[since + 1:]):
+    configs = [config_key(context.space.full_config(t.config)) for t in context.history]
+    since = next((i for i, k in enumerate(configs) if k == key), len(configs))
+    own = context.history[since].code if since < len(configs) else ""
+    later = context.history[since + 1:]
+    if not pool or any(t.phase == "local" and not (own and t.code == own) for t in later):
         return None
     near = _code_distance(context, incumbent, pool)
-    return int(np.lexsort((bound, near[:, 1], near[:, 0]))[0])
+    return int(np.lexsort((mean, near[:, 1], near[:, 0]))[0])
 
 
 def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
