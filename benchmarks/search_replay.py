@@ -1,11 +1,13 @@
 """Replay search strategies against a recorded table, as if measuring.
 
-TABLE.csv holds one row per configuration: every column other than `time`, `code` and
-`feature:<name>` is a dimension whose values are opaque labels; `time` is the measured time
+TABLE.csv holds one row per configuration: every column other than `time`, `code`, `spread`
+and `feature:<name>` is a dimension whose values are opaque labels; `time` is the measured time
 (lower is better); the optional `code` column labels each row's machine code (rows of one
 label are one point, known to be alike before measuring, as after compiling); `feature:` columns
-are numeric features known before measuring.  The baseline is the row whose dimensions are all
-`default` (else the first row).
+are numeric features known before measuring; the optional `spread` is the relative half-width
+of the row's measured interval, which our strategies see as `tune` would (the model's stop rule
+weighs predicted gains against it; without it, the model assumes its default noise).  The
+baseline is the row whose dimensions are all `default` (else the first row).
 
 A table may hold a whole space or a sample of it.  Its rows are the pool: our strategies choose
 among them (a closed context), and a peer's configuration outside the table is answered by the
@@ -62,6 +64,7 @@ class Table:
     features: list[dict[str, float]]
     codes: list[str]  # a label per row: the table's `code` column, else one per row
     baseline: int
+    spreads: list[float | None]  # the table's `spread` column, else None
 
     def index(self, config: dict[str, str]) -> int | None:
         key = tuple(config.get(d, DEFAULT) for d in self.dims)
@@ -94,17 +97,18 @@ def load_table(path: Path) -> Table:
         columns = reader.fieldnames or []
         if "time" not in columns:
             raise SystemExit(f"{path}: no 'time' column")
-        dims = [c for c in columns if c not in ("time", "code") and not c.startswith("feature:")]
+        dims = [c for c in columns if c not in ("time", "code", "spread") and not c.startswith("feature:")]
         feats = [c for c in columns if c.startswith("feature:")]
-        rows, times, features, codes = [], [], [], []
+        rows, times, features, codes, spreads = [], [], [], [], []
         for n, r in enumerate(reader):
             rows.append({d: r[d] for d in dims})
             times.append(float(r["time"]))
             features.append({f.removeprefix("feature:"): float(r[f]) for f in feats if r[f] != ""})
             codes.append(r["code"] if "code" in columns and r["code"] else f"row{n}")
+            spreads.append(float(r["spread"]) if r.get("spread") else None)
     labels = {d: sorted({r[d] for r in rows}, key=lambda v: (v != DEFAULT, v)) for d in dims}
     baseline = next((i for i, r in enumerate(rows) if all(v == DEFAULT for v in r.values())), 0)
-    return Table(labels, rows, times, features, codes, baseline)
+    return Table(labels, rows, times, features, codes, baseline, spreads)
 
 
 def without_features(table: Table) -> Table:
@@ -145,10 +149,15 @@ class Measurements:
         self.budget = budget
         self.by_code: dict[str, float] = {table.codes[table.baseline]: table.times[table.baseline]}
         self.measured: list[float] = []  # a time per evaluation, in order
+        self.spread_by_code: dict[str, float | None] = {}
 
     @property
     def left(self) -> int:
         return self.budget - len(self.measured)
+
+    def spread(self, row: int) -> float | None:
+        """The interval of the row's code as measured (that of the row measured for it)."""
+        return self.spread_by_code.get(self.table.codes[row], self.table.spreads[row])
 
     def measure(self, row: int) -> float:
         """The row's time; a code measured before answers `Free` (no evaluation spent)."""
@@ -158,6 +167,7 @@ class Measurements:
         if self.left <= 0:
             raise BudgetSpent
         self.by_code[code] = self.table.times[row]
+        self.spread_by_code[code] = self.table.spreads[row]
         self.measured.append(self.table.times[row])
         return self.by_code[code]
 
@@ -182,7 +192,7 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         if row is None:
             raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
         ratio = bench.measure(row) / base
-        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=table.codes[row],
+        history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],
                              phase=proposal.phase))
     return bench.measured
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -139,8 +140,10 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
     """The search's measurements of one target as a replay table (benchmarks/search_replay.py):
     a column per dimension (labels, `default` for the project's setting), `code` (a label of the
     machine code: rows of one code were measured once), `feature:<name>` columns of the compiled
-    code (resource report, instruction mix), and `time`: the geometric mean over the workloads of
-    the baseline's median time times the candidate's median paired ratio."""
+    code (resource report, instruction mix), `time`: the geometric mean over the workloads of
+    the baseline's median time times the candidate's median paired ratio, and `spread`: the
+    relative half-width of its ratio's interval (what the measurement resolved; the replayed
+    model's stop rule needs it)."""
     store = _open(build_dir)
     try:
         found = pairs(store)
@@ -169,19 +172,20 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
         baseline_code = next((o.evaluation.digest for o in searched
                               if o.evaluation.same_as == SAME_AS_BASELINE and o.evaluation.digest), "")
         rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "code": baseline_code[:16] or "baseline",
-                             "time": time_of({})}}
+                             "time": time_of({}), "spread": ""}}
         for o in searched:
             ratios = {w: e.ratio for w, e in o.estimates.items() if w in base_time}
             row = {d: o.evaluation.config.get(d, DEFAULT) for d in dims}
             row["code"] = o.evaluation.digest[:16] or f"evaluation{o.evaluation.id}"
             row.update({f"feature:{f}": (o.evaluation.features or {}).get(f, "") for f in features})
             row["time"] = time_of(ratios)
+            row["spread"] = f"{o.spread:.6g}" if o.spread is not None and math.isfinite(o.spread) else ""
             rows.setdefault(o.evaluation.config_key, row)
     finally:
         store.close()
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, [d.split(":", 1)[-1] for d in dims] + ["code"]
-                                + [f"feature:{x}" for x in features] + ["time"])
+                                + [f"feature:{x}" for x in features] + ["time", "spread"])
         writer.writeheader()
         for row in rows.values():
             writer.writerow({k.split(":", 1)[-1] if not k.startswith("feature:") else k: v

@@ -156,3 +156,19 @@ def test_a_sampled_table_with_codes_counts_distinct_codes(tmp_path, capsys):
     assert isinstance(again, search_replay.Free) and again == first and len(bench.measured) == 1
     # A configuration outside the table is answered by the row with the fewest options changed.
     assert table.rows[table.nearest({"a": "3", "b": "z", "c": "r"}, random.Random(0))]["a"] == "3"
+
+
+def test_a_spread_column_is_the_noise_the_replayed_model_stops_on(tmp_path):
+    """`spread` (what `report --table` writes: each row's measured half-width) is not a
+    dimension; the model's stop rule weighs predicted gains against it, as in `tune`."""
+    plain = _sampled_table(tmp_path / "plain.csv")
+    lines = plain.read_text().splitlines()
+    noisy = tmp_path / "noisy.csv"
+    noisy.write_text("\n".join([lines[0] + ",spread", *(line + ",0.2" for line in lines[1:])]) + "\n")
+    table = search_replay.load_table(noisy)
+    assert set(table.dims) == {"a", "b", "c"} and table.spreads[1] == 0.2
+    # Measurements that resolve 20%: no predicted gain is worth measuring; the table without
+    # the column leaves the model its assumed 0.2%, and it goes on.
+    coarse = search_replay.run_ours(table, search_replay.OURS["model"], 20, 0)
+    fine = search_replay.run_ours(search_replay.load_table(plain), search_replay.OURS["model"], 20, 0)
+    assert len(coarse) < len(fine)

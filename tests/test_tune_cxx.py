@@ -111,8 +111,11 @@ def test_identical_code_is_measured_once_and_tables_export(cxx_project, configur
                              "--table", str(out)], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     lines = out.read_text().splitlines()
-    assert lines[0] == "O,unroll-loops,code,time" and len(lines) == 1 + 6
+    assert lines[0] == "O,unroll-loops,code,time,spread" and len(lines) == 1 + 6
     cells = {tuple(line.split(",")[:2]): line.split(",")[2:] for line in lines[1:]}
+    # The measured interval's half-width, for the replayed model's stop rule; none for the baseline.
+    spread = {k: v[2] for k, v in cells.items()}
+    assert spread[("default", "default")] == "" and 0 < float(spread[("3", "default")]) < 0.5
     table = {k: float(v[1]) for k, v in cells.items()}
     code = {k: v[0] for k, v in cells.items()}
     # Same code: the same label (the baseline's digest, as measured) and the same time.

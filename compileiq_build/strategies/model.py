@@ -54,7 +54,7 @@ from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
 # ones: 10% slower than the project's flags is simply bad, and how much worse (-maxrregcount=32
 # on a GEMM is 28 times slower) says nothing about where the optimum lies.  Left unclipped, such
 # ratios set the Gaussian process's amplitude and hide the percent-level differences searched
-# for (at 2.0, 7 of 32 synthetic landscapes ended short of 95% at budget 20; at 1.1, 1).
+# for (benchmarks/results/search/synthetic/README.md).
 INVALID_RATIO = 1.1
 POOL = 4000
 SCREEN_SHARE = 0.5
