@@ -10,7 +10,10 @@ candidate that can no longer be a winner is raced out, and its remaining benchma
 not run.  The margin of a workload is max(`RACE_FLOOR`, `RACE_SIGMAS` x the standard
 deviation of its log paired ratio), that deviation pooled over the target's earlier
 search evaluations (median |difference of successive log ratios| / 0.954); a workload
-without 8 such differences yet is never raced.  The candidate is raced out when
+without 8 such differences yet is never raced.  With several benchmarks, each one's first
+`RACE_PAIRS` pairs run before any is measured in full (a probe, where (b) applies once every
+benchmark has its pairs), so that a candidate slower on its last benchmark stops before the
+first takes all its pairs.  The candidate is raced out when
 
 (a) a workload's interval lies above 1 + margin: it can never be faster on every
     workload, which a winner needs; or
@@ -252,12 +255,13 @@ class Evaluator:
             self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}",
                                          built.result.seconds)
             return self._outcome(evaluation)
-        status, reason = MEASURED, ""
         race = self._race(evaluation) if phase == "search" else None
-        for i, bench in enumerate(self.benchmarks):
+        status, reason, probed = self._probe(evaluation, sampling, numerics, built, race)
+        for i, bench in enumerate(self.benchmarks if not reason else ()):
             if race is not None:
                 race = replace(race, last=i == len(self.benchmarks) - 1)
-            error, costs = self._measure(evaluation, bench, sampling, numerics, built, race)
+            error, costs = self._measure(evaluation, bench, sampling, numerics, built, race,
+                                         probed.get(bench.index))
             if error:
                 status, reason = INVALID, f"{bench.workload}: {error}"
                 break
@@ -269,6 +273,28 @@ class Evaluator:
                 race = replace(race, settled={**race.settled, **lows})
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
+
+    def _probe(self, evaluation: int, sampling: Sampling, numerics: bool, built: Built,
+               race: Race | None) -> tuple[str, str, dict[int, Costs]]:
+        """With racing and several benchmarks, the first RACE_PAIRS pairs of every benchmark
+        before any is measured in full: a candidate slower on a later benchmark is raced out
+        before the earlier ones take all their pairs.  The status and reason when that ends the
+        candidate (else MEASURED, ""), and each benchmark's pairs so far."""
+        probed: dict[int, Costs] = {}
+        if race is None or len(self.benchmarks) < 2:
+            return MEASURED, "", probed
+        first = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
+        settled: dict[str, float] = {}
+        for i, bench in enumerate(self.benchmarks):
+            early = replace(race, last=i == len(self.benchmarks) - 1, settled=settled)
+            error, costs = self._measure(evaluation, bench, first, numerics, built, early)
+            if error:
+                return INVALID, f"{bench.workload}: {error}", probed
+            probed[bench.index] = costs
+            if costs and (why := raced_out(costs, len(next(iter(costs.values()))[0]), early)):
+                return MEASURED, why, probed
+            settled = {**settled, **{w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}}
+        return MEASURED, "", probed
 
     def _race(self, evaluation: int) -> Race:
         """The reference and each workload's noise, from the target's earlier search evaluations
@@ -313,19 +339,22 @@ class Evaluator:
         return twin
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
-                 built: Built, race: Race | None) -> tuple[str, Costs]:
+                 built: Built, race: Race | None, earlier: Costs | None = None) -> tuple[str, Costs]:
         """Paired runs on the candidate's worker until the comparison is decided or precise, or
-        the candidate is raced out; returns the candidate's error and the paired costs."""
+        the candidate is raced out, continuing the `earlier` pairs (a probe); returns the
+        candidate's error and the paired costs."""
         worker, slot = built.worker, built.compiled.slot
         timeout = self._timeout(bench)
-        order = random.Random(f"{evaluation}:{bench.index}")
-        costs: dict[str, tuple[list[float], list[float]]] = {}
+        costs: dict[str, tuple[list[float], list[float]]] = {
+            w: (list(c), list(b)) for w, (c, b) in (earlier or {}).items()}
+        first = len(next(iter(costs.values()))[0]) if costs else 0
         slowed: list[Run] = []  # runs during which the GPU slowed down: one warning at the end
         start = time.monotonic()
         runs_done = 0
         try:
-            for rep in range(sampling.max_pairs):
+            for rep in range(first, sampling.max_pairs):
                 runs: dict[str, Run] = {}
+                order = random.Random(f"{evaluation}:{bench.index}:{rep}")
                 for role in order.sample(("candidate", "baseline"), 2):
                     runs[role] = worker.run(slot if role == "candidate" else BASELINE_SLOT, bench, timeout)
                     runs_done += 1

@@ -26,6 +26,7 @@ def test_the_order_within_each_pair_is_random_and_reproducible(cxx_project, conf
     order = _first_roles(store, outcome.evaluation.id)
     assert len(order) == 12 and {"candidate", "baseline"} == set(order)  # both orders occur
     # The order comes from the evaluation's own seed: a resumed run orders its pairs alike.
-    rng = random.Random(f"{outcome.evaluation.id}:{evaluator.benchmarks[0].index}")
-    assert order == [rng.sample(("candidate", "baseline"), 2)[0] for _ in range(12)]
+    index = evaluator.benchmarks[0].index
+    assert order == [random.Random(f"{outcome.evaluation.id}:{index}:{rep}").sample(
+        ("candidate", "baseline"), 2)[0] for rep in range(12)]
     store.close()

@@ -3,6 +3,8 @@ that still can never does.  Deterministic: constructed costs and seeded simulati
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import cxx_evaluator
@@ -122,4 +124,29 @@ def test_the_evaluator_races_out_a_candidate_and_says_so(cxx_project, configure)
     check = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "validate", built,
                                sampling=Sampling(5, 10))
     assert check.estimates[workload].pairs >= 5 and not check.evaluation.reason
+    store.close()
+
+
+def test_with_two_benchmarks_both_are_probed_before_either_is_measured_in_full(cxx_project, configure):
+    """gemm's -dlcm=cs took 20 pairs on the workload where it is neutral before 2 on the one
+    where it is 3% slower.  Now every benchmark's first 2 pairs come first: a candidate that
+    the finalists beat stops after 2 pairs of each (real builds and runs; a second registration
+    of the fixture's benchmark with other arguments; the history written as in the test above)."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    first = evaluator.benchmarks[0]
+    evaluator.benchmarks = [first, replace(first, index=first.index + 1, args=("100000", "30"))]
+    evaluator.prepare_baseline()
+    for i in range(3):
+        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
+                                     {"fake": str(i)}, {}, "test", "search")
+        for bench in evaluator.benchmarks:
+            for rep in range(5):
+                for role, cost in (("candidate", 0.01 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
+                    store.add_sample(row, role, rep, Sample(bench.workload, cost, cost, 0.1, 0, ""))
+        store.finish_evaluation(row, MEASURED)
+    built = evaluator.build({"CXX": ("-O1",)}, evaluator.workers[0], 0)
+    outcome = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "search", built,
+                                 sampling=Sampling(5, 10))
+    assert outcome.evaluation.reason.startswith("raced out after 2 pairs: at best")
+    assert {w: e.pairs for w, e in outcome.estimates.items()} == {b.workload: 2 for b in evaluator.benchmarks}
     store.close()

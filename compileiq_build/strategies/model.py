@@ -31,10 +31,12 @@ of identical code are data.  Candidates of one code are one choice.  At 20 evalu
 process reached more than a bagged LightGBM ensemble in its place, on the recorded tables of the
 whole space and on synthetic ones (benchmarks/results/search/large/README.md).
 
-It stops when even the optimistic bound of every untried configuration beats the best so far by
-less than the measured noise (the median half-width of the measured ratios' intervals); before
-that it measures, along every dimension, one configuration that changes only that dimension of
-the incumbent (the model may have missed an interaction).
+It stops when even the optimistic bound (mean minus STOP_KAPPA standard deviations: proposals
+explore with kappa 2, stopping takes the nearer bound, or a flat landscape would be measured
+whole) of every untried configuration beats the best so far by less than the measured noise
+(the median half-width of the measured ratios' intervals); before that it measures, along every
+dimension, one configuration that changes only that dimension of the incumbent (the model may
+have missed an interaction).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ EFFECT_PRIOR = 0.05
 # Evaluations of other targets (warm start) count this much in the fit.
 PRIOR_WEIGHT = 0.5
 TRANSFER_SEEDS = 4
+# Standard deviations of the optimistic bound that the stop rule weighs (module docstring).
 STOP_KAPPA = 1.0
 
 
