@@ -58,6 +58,11 @@ class Proposals:
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
                        baseline_code=self.baseline_code)
 
+    def best(self) -> float:
+        """The best speedup found faster so far (earlier runs too), 1.0 before any."""
+        trials, _ = self.history()
+        return max([1.0, *(1 / t.ratio for t in trials if t.faster and t.ratio)])
+
     def evaluations(self) -> int:
         """Evaluations finished: distinct machine codes measured (those of earlier runs too)."""
         trials, _ = self.history()
@@ -149,7 +154,7 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     if proposals.finished or proposals.halt():
                         continue  # stopping: compiled but not measured, nothing is recorded
                     built = future.result()
-                    report.evaluating(name, proposals.evaluations(), config_key(config))
+                    report.evaluating(name, proposals.evaluations(), config_key(config), proposals.best())
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config),
                                                  proposed_by=proposal.phase)

@@ -94,14 +94,16 @@ class Reporter:
     def note(self, text: str) -> None:
         self._print(f"   {text}")
 
-    def evaluating(self, target: str, done: int, key: str) -> None:
-        """`done`: evaluations of the target already finished (those of earlier runs too)."""
+    def evaluating(self, target: str, done: int, key: str, best: float = 1.0) -> None:
+        """`done`: evaluations of the target already finished, `best`: the best speedup found
+        faster so far (those of earlier runs too)."""
         with self._lock:
             state = self.targets.setdefault(target, _TargetState(done + 1))
             if not state.finished and not state.measuring:
                 # Evaluations of earlier runs, once: later, a store count can run ahead of the
                 # outcomes shown (another worker's result lands in the store before it is shown).
                 state.done = max(state.done, done)
+                state.best = max(state.best, best)
             state.measuring[key] = time.monotonic()
             self.first_evaluation = self.first_evaluation or state.measuring[key]
             self.phase_text = f"{target}: measuring {state.current}"

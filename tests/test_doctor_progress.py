@@ -89,6 +89,19 @@ def test_counts_with_two_workers_measuring_at_once():
     assert [line.split(",")[0] for line in lines] == ["[saxpy 2/4", "[saxpy 3/4", "[saxpy 4/4"]
 
 
+def test_a_resumed_run_shows_the_best_of_earlier_runs():
+    """After a resume the line's best is that of the whole search, not of this run alone (the
+    H200 gemm log said "best 1.000x" after a first run had found 1.015x)."""
+    out = io.StringIO()
+    reporter = Reporter(Console(file=out, force_terminal=False, width=200))
+    reporter.start(["saxpy"], budget=4)
+    reporter.evaluating("saxpy", 2, "a", best=1.015)
+    reporter.outcome("saxpy", _outcome("a", 1.0, False))
+    reporter.stop()
+    (line,) = [line for line in out.getvalue().splitlines() if line.startswith("[saxpy")]
+    assert line.startswith("[saxpy 3/4, best 1.015x")
+
+
 def test_one_warning_per_workload_for_gpu_slowdowns():
     from compileiq_build.evaluate import Evaluator
     from compileiq_build.measure import Run, Sample
