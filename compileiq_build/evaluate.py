@@ -5,12 +5,13 @@ effect into a fake gain) and continue adaptively: from `min_pairs` on, a
 workload stops once its interval has decided (entirely below or above 1) or is
 narrower than `precision`, and at the latest after `max_pairs` or `time_cap`.
 
-Racing (search phase only; validation measures fully): from `RACE_PAIRS` pairs on, a
-candidate that can no longer be a winner is raced out, and its remaining benchmarks are
-not run.  The margin of a workload is max(`RACE_FLOOR`, `RACE_SIGMAS` x the standard
-deviation of its log paired ratio), that deviation pooled over the target's earlier
-search evaluations (median |difference of successive log ratios| / 0.954); a workload
-without 8 such differences yet is never raced.  With several benchmarks, each one's first
+Racing (search and minimizing steps; validation measures fully): from `RACE_PAIRS` pairs on,
+a candidate that can no longer be a winner (a minimizing step: can no longer serve as well as
+the configuration it reduces) is raced out, and its remaining benchmarks are not run.  The
+margin of a workload is max(`RACE_FLOOR`, `RACE_SIGMAS` x the standard deviation of its log
+paired ratio), that deviation pooled over the target's earlier search evaluations (median
+|difference of successive log ratios| / 0.954); a workload without 8 such differences yet is
+never raced.  With several benchmarks, each one's first
 `RACE_PAIRS` pairs run before any is measured in full (a probe, where (b) applies once every
 benchmark has its pairs), so that a candidate slower on its last benchmark stops before the
 first takes all its pairs.  The candidate is raced out when
@@ -21,7 +22,8 @@ first takes all its pairs.  The candidate is raced out when
     benchmarks' final low ends included, so only while measuring the last one) lies
     above reference x (1 + mean margin).  The reference is the ratio of the
     `FINALISTS`-th best candidate faster than the baseline so far: `decide` validates
-    that many finalists, and the second best wins when the best fails validation.
+    that many finalists, and the second best wins when the best fails validation.  For a
+    minimizing step it is the ratio of the configuration it reduces.
 
 With 2 pairs the low end is the smaller ratio: a candidate truly as good as the
 reference is raced out with probability P(z > 3)^2 = 2e-6 under normal noise.
@@ -83,6 +85,7 @@ class Race:
     noise: Mapping[str, float]  # workload entry -> standard deviation of its log paired ratio
     settled: Mapping[str, float] = field(default_factory=dict)  # earlier benchmarks' final low ends
     last: bool = True  # measuring the evaluation's last benchmark: rule (b) bounds every workload
+    against: str = "the finalists reach"  # what the reference is, for the reason
 
     def margin(self, workload: str) -> float | None:
         sigma = self.noise.get(workload)
@@ -109,7 +112,7 @@ def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
     bound = geometric_mean(list(lows.values()))
     mean_margin = sum(m for m in margins if m is not None) / len(margins)
     if bound > race.reference * (1 + mean_margin):
-        return (f"raced out after {pairs} pairs: at best {1 / bound:.3f}x, the finalists reach "
+        return (f"raced out after {pairs} pairs: at best {1 / bound:.3f}x, {race.against} "
                 f"{1 / race.reference:.3f}x")
     return ""
 
@@ -256,6 +259,9 @@ class Evaluator:
                                          built.result.seconds)
             return self._outcome(evaluation)
         race = self._race(evaluation) if phase == "search" else None
+        if reduced_from is not None and (parent := summarize(self.store, reduced_from).ratio):
+            race = replace(self._race(evaluation), reference=parent,
+                           against="the configuration it reduces reaches")
         status, reason, probed = self._probe(evaluation, sampling, numerics, built, race)
         for i, bench in enumerate(self.benchmarks if not reason else ()):
             if race is not None:

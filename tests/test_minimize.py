@@ -84,3 +84,43 @@ def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, con
     else:
         assert shipped.config_key == "CXX:O=3 CXX:unroll-loops=on" and not shipped.dropped
     store.close()
+
+
+def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure):
+    """The H200 gemm's step without --register-usage-level=1 (0.72x against the winner's 1.026x)
+    took 10 pairs per workload.  Racing now stops a step that cannot serve as well as the
+    configuration it reduces: here -fomit-frame-pointer alone at the project's -O0 (other code,
+    about the baseline's speed) against -O3 -fomit-frame-pointer, after 2 pairs.  The history of
+    earlier search evaluations that gives racing its noise is written into the store as the
+    racing tests do; the builds and runs are real."""
+    from compileiq_build.measure import Sample
+    from compileiq_build.store import MEASURED
+
+    # Reversed for minimizing: -O3 goes first, so the frame-pointer option is measured alone.
+    space = FlagSpace((Dimension("CXX", "omit-frame-pointer", ("on",), "-fomit-frame-pointer", 1),
+                       Dimension("CXX", "O", ("3",), "-O{v}", 1)))
+    winner = {"CXX:omit-frame-pointer": "on", "CXX:O": "3"}
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    workload = evaluator.benchmarks[0].workload
+    for i in range(3):
+        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
+                                     {"fake": str(i)}, {}, "test", "search")
+        for rep in range(5):
+            for role, cost in (("candidate", 0.5 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
+                store.add_sample(row, role, rep, Sample(workload, cost, cost, 0.1, 0, ""))
+        store.finish_evaluation(row, MEASURED)
+    flags = space.flags(winner)
+    check = evaluator.evaluate(winner, flags, "model", "validate",
+                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
+    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
+    assert check.faster
+    minimize(evaluator, space, check, Sampling(6, 6), lambda: False, Reporter(quiet=True))
+    steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
+    alone = steps["CXX:omit-frame-pointer=on"]
+    assert alone.evaluation.same_as is None and alone.estimates[workload].pairs == 2
+    assert alone.evaluation.reason.startswith("raced out after 2 pairs: at best")
+    assert "the configuration it reduces reaches" in alone.evaluation.reason
+    # -O3 alone omits the frame pointer anyway: the same code, left out at no GPU time.
+    assert steps["CXX:O=3"].evaluation.same_as == check.evaluation.id
+    assert decide(store, "saxpy", evaluator.arch_keys).config_key == "CXX:O=3"
+    store.close()
