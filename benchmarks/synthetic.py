@@ -33,8 +33,8 @@ from pathlib import Path
 
 from compileiq_build.space import DEFAULT, dimensions_for
 
-DIMS = {d.name: d.values for d in dimensions_for("CUDA") if d.stage <= 3
-        and d.name not in ("use_fast_math", "ftz", "prec-div", "prec-sqrt", "fmad")}
+# The default space of `tune`: the numerics-changing options are left out unless asked for.
+DIMS = {d.name: d.values for d in dimensions_for("CUDA") if not d.numerics}
 SMALL = ("dlcm", "dscm", "allow-expensive-optimizations", "extra-device-vectorization",
          "jump-table-density", "restrict")
 

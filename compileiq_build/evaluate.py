@@ -258,56 +258,52 @@ class Evaluator:
             self.store.finish_evaluation(evaluation, MEASURED, f"same machine code as {what}",
                                          built.result.seconds)
             return self._outcome(evaluation)
-        race = self._race(evaluation) if phase == "search" else None
-        if reduced_from is not None and (parent := summarize(self.store, reduced_from).ratio):
-            race = replace(self._race(evaluation), reference=parent,
-                           against="the configuration it reduces reaches")
-        status, reason, probed = self._probe(evaluation, sampling, numerics, built, race)
-        for i, bench in enumerate(self.benchmarks if not reason else ()):
-            if race is not None:
-                race = replace(race, last=i == len(self.benchmarks) - 1)
-            error, costs = self._measure(evaluation, bench, sampling, numerics, built, race,
-                                         probed.get(bench.index))
-            if error:
-                status, reason = INVALID, f"{bench.workload}: {error}"
-                break
-            if race is not None and costs:
-                reason = raced_out(costs, len(next(iter(costs.values()))[0]), race)
-                if reason:
-                    break  # its remaining benchmarks cannot make it a winner either
-                lows = {w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}
-                race = replace(race, settled={**race.settled, **lows})
+        race = None
+        if phase == "search":
+            race = self._race(evaluation)
+        elif reduced_from is not None and (parent := summarize(self.store, reduced_from).ratio):
+            race = self._race(evaluation, parent, "the configuration it reduces reaches")
+        status, reason, probed = MEASURED, "", {}
+        if race is not None and len(self.benchmarks) > 1:
+            # A probe: every benchmark's first pairs before any is measured in full, so that a
+            # candidate slower on a later benchmark stops before the earlier ones take all theirs.
+            probe = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
+            status, reason, probed = self._measure_all(evaluation, probe, numerics, built, race, {})
+        if not reason:
+            status, reason, _ = self._measure_all(evaluation, sampling, numerics, built, race, probed)
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
 
-    def _probe(self, evaluation: int, sampling: Sampling, numerics: bool, built: Built,
-               race: Race | None) -> tuple[str, str, dict[int, Costs]]:
-        """With racing and several benchmarks, the first RACE_PAIRS pairs of every benchmark
-        before any is measured in full: a candidate slower on a later benchmark is raced out
-        before the earlier ones take all their pairs.  The status and reason when that ends the
-        candidate (else MEASURED, ""), and each benchmark's pairs so far."""
-        probed: dict[int, Costs] = {}
-        if race is None or len(self.benchmarks) < 2:
-            return MEASURED, "", probed
-        first = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
-        settled: dict[str, float] = {}
+    def _measure_all(self, evaluation: int, sampling: Sampling, numerics: bool, built: Built,
+                     race: Race | None, earlier: Mapping[int, Costs]) -> tuple[str, str, dict[int, Costs]]:
+        """Every benchmark in turn, continuing its `earlier` pairs, until one is invalid or the
+        candidate is raced out: the status, the reason ("" when neither), and each benchmark's
+        pairs."""
+        costs_of: dict[int, Costs] = {}
         for i, bench in enumerate(self.benchmarks):
-            early = replace(race, last=i == len(self.benchmarks) - 1, settled=settled)
-            error, costs = self._measure(evaluation, bench, first, numerics, built, early)
+            if race is not None:
+                race = replace(race, last=i == len(self.benchmarks) - 1)
+            error, costs = self._measure(evaluation, bench, sampling, numerics, built, race,
+                                         earlier.get(bench.index))
+            costs_of[bench.index] = costs
             if error:
-                return INVALID, f"{bench.workload}: {error}", probed
-            probed[bench.index] = costs
-            if costs and (why := raced_out(costs, len(next(iter(costs.values()))[0]), early)):
-                return MEASURED, why, probed
-            settled = {**settled, **{w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}}
-        return MEASURED, "", probed
+                return INVALID, f"{bench.workload}: {error}", costs_of
+            if race is not None and costs:
+                if why := raced_out(costs, len(next(iter(costs.values()))[0]), race):
+                    return MEASURED, why, costs_of  # its other benchmarks cannot make it a winner
+                lows = {w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}
+                race = replace(race, settled={**race.settled, **lows})
+        return MEASURED, "", costs_of
 
-    def _race(self, evaluation: int) -> Race:
-        """The reference and each workload's noise, from the target's earlier search evaluations
-        (tens of rows: cheap enough at the start of every evaluation)."""
-        best = finalists([o for o in outcomes(self.store, self.target.name, self.arch_keys, "search")
-                          if o.evaluation.id != evaluation], FINALISTS)
-        reference = best[-1].ratio if len(best) == FINALISTS else None
+    def _race(self, evaluation: int, reference: float | None = None,
+              against: str = "the finalists reach") -> Race:
+        """Each workload's noise, from the target's earlier search evaluations (tens of rows:
+        cheap enough at the start of every evaluation), and the reference: `reference`, else the
+        FINALISTS-th best ratio of the search so far."""
+        if reference is None:
+            best = finalists([o for o in outcomes(self.store, self.target.name, self.arch_keys, "search")
+                              if o.evaluation.id != evaluation], FINALISTS)
+            reference = best[-1].ratio if len(best) == FINALISTS else None
         steps: dict[str, list[float]] = {}
         for row in self.store.evaluations(self.target.name, self.arch_keys, "search"):
             if row.status != MEASURED or row.same_as is not None:
@@ -321,7 +317,7 @@ class Evaluator:
                         if len(p) == 2]
                 steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
         noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
-        return Race(reference, noise)
+        return Race(reference, noise, against=against)
 
     def _same_code(self, evaluation: int, phase: str, built: Built,
                    reduced_from: EvaluationRow | None) -> int | None:

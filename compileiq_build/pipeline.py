@@ -58,15 +58,12 @@ class Proposals:
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
                        baseline_code=self.baseline_code)
 
-    def best(self) -> float:
-        """The best speedup found faster so far (earlier runs too), 1.0 before any."""
+    def progress(self) -> tuple[int, float]:
+        """Evaluations finished (distinct machine codes measured) and the best speedup found
+        faster so far (1.0 before any), those of earlier runs too."""
         trials, _ = self.history()
-        return max([1.0, *(1 / t.ratio for t in trials if t.faster and t.ratio)])
-
-    def evaluations(self) -> int:
-        """Evaluations finished: distinct machine codes measured (those of earlier runs too)."""
-        trials, _ = self.history()
-        return Context(self.space, trials, baseline_code=self.baseline_code).spent
+        return (Context(self.space, trials, baseline_code=self.baseline_code).spent,
+                max([1.0, *(1 / t.ratio for t in trials if t.faster and t.ratio)]))
 
     def next(self, may_wait: bool) -> Proposal | None:
         """The next proposal, or None.  A caller with nothing in flight may wait for other
@@ -154,7 +151,8 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     if proposals.finished or proposals.halt():
                         continue  # stopping: compiled but not measured, nothing is recorded
                     built = future.result()
-                    report.evaluating(name, proposals.evaluations(), config_key(config), proposals.best())
+                    done, best = proposals.progress()
+                    report.evaluating(name, done, config_key(config), best)
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config),
                                                  proposed_by=proposal.phase)

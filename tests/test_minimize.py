@@ -106,7 +106,9 @@ def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure)
         row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
                                      {"fake": str(i)}, {}, "test", "search")
         for rep in range(5):
-            for role, cost in (("candidate", 0.5 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
+            # Noise of 4% between pairs: a margin of about 13%, so that the step (about the
+            # baseline's speed) is raced out against the winner, never as slower than the baseline.
+            for role, cost in (("candidate", 0.5 * (1 + 0.04 * (rep % 2))), ("baseline", 1.0)):
                 store.add_sample(row, role, rep, Sample(workload, cost, cost, 0.1, 0, ""))
         store.finish_evaluation(row, MEASURED)
     flags = space.flags(winner)

@@ -280,29 +280,13 @@ class ModelGuided:
         return min(candidates, key=lambda i: bound[i]) if candidates else None
 
 
-def _code_distance(context: Context, incumbent: Config, configs: Sequence[Config]) -> np.ndarray:
-    """How far each configuration's compiled code lies from the incumbent's, as rows (feature
-    distance, options changed) to sort by: the distance of their compile-time features
-    (standardized) where both are known (compiled), infinite where not; then the options
-    changed from the incumbent."""
-    changed = np.array([len(_changed(c, incumbent)) for c in configs], dtype=float)
-    distance = np.zeros(len(configs))
-    rows = _features(context, [incumbent, *configs])
-    names = sorted({k for r in rows for k in r})
-    if names and rows[0] and configs:
-        f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows])
-        sd = np.nanstd(f, axis=0)
-        z = (f - np.nanmean(f, axis=0)) / np.where(sd > 0, sd, 1.0)
-        d = ((z[1:] - z[0]) ** 2).sum(1)
-        distance = np.where(np.isnan(d), math.inf, d)
-    return np.stack([distance, changed], axis=1) if configs else np.zeros((0, 2))
-
-
 def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray) -> int | None:
-    """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's
-    (ties to the better predicted mean: this step exploits), unless a local proposal followed
-    the incumbent already and did not compile to the incumbent's own code.  Decided from the
-    history alone, so that a resumed run, or one with proposals in flight, decides alike."""
+    """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
+    unless a local proposal followed the incumbent already and did not compile to the
+    incumbent's own code.  Nearest: by the distance of their compile-time features where both
+    are compiled (any that is not comes after), then by the options changed from the incumbent;
+    ties go to the better predicted mean (this step exploits).  Decided from the history alone,
+    so that a resumed run, or one with proposals in flight, decides alike."""
     key = config_key(incumbent)
     configs = [config_key(context.space.full_config(t.config)) for t in context.history]
     since = next((i for i, k in enumerate(configs) if k == key), len(configs))
@@ -310,8 +294,23 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     later = context.history[since + 1:]
     if not pool or any(t.phase == "local" and not (own and t.code == own) for t in later):
         return None
-    near = _code_distance(context, incumbent, pool)
-    return int(np.lexsort((mean, near[:, 1], near[:, 0]))[0])
+    z = _standardized_features(context, [incumbent, *pool])
+    distance = np.nan_to_num(((z[1:] - z[0]) ** 2).sum(1), nan=math.inf)
+    changed = [len(_changed(c, incumbent)) for c in pool]
+    return int(np.lexsort((mean, changed, distance))[0])
+
+
+def _standardized_features(context: Context, configs: Sequence[Config]) -> np.ndarray:
+    """The configurations' compile-time features (`_features`), a column per feature that varies
+    among the known ones, standardized; NaN where a configuration's features are not known."""
+    rows = _features(context, configs)
+    names = sorted({k for r in rows for k in r})
+    f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows]).reshape(len(rows), len(names))
+    known = ~np.isnan(f).all(axis=0)
+    f = f[:, known]
+    mu, sd = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
+    varies = sd > 0
+    return (f[:, varies] - mu[varies]) / sd[varies]
 
 
 def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
@@ -331,17 +330,10 @@ def _gp(context: Context, train: list[Config], target: np.ndarray, weight: np.nd
     (standardized): configurations of similar code are predicted alike."""
     configs = train + pool
     x = _one_hot(context.space, configs)
-    rows = _features(context, configs)
-    names = sorted({k for r in rows for k in r})
-    if names:
-        f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows])
-        seen = ~np.isnan(f).all(axis=0)
-        f = f[:, seen]
-        mu, sd = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
-        varies = sd > 0
-        z = np.nan_to_num((f[:, varies] - mu[varies]) / sd[varies])  # unknown: the mean
+    z = np.nan_to_num(_standardized_features(context, configs))  # unknown: the mean
+    if z.shape[1]:
         # The features together weigh about as much as a few options, however many columns.
-        x = np.hstack([x, z / max(1.0, math.sqrt(varies.sum() / 4))])
+        x = np.hstack([x, z / max(1.0, math.sqrt(z.shape[1] / 4))])
     xt, xp = x[:len(train)], x[len(train):]
     # No hyperparameters are fitted on a handful of rows: the length scale is the median squared
     # distance between measured configurations.
