@@ -18,6 +18,7 @@ from typing import Protocol
 from compileiq_build.build import BuildResult, BuildTree
 from compileiq_build.codeinfo import object_files, read_code
 from compileiq_build.environment import Gpu
+from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import GpuMonitor
 from compileiq_build.measure import Run, Sample, resolve_format, run_workload
 from compileiq_build.project import Benchmark, Project
@@ -96,12 +97,16 @@ class LocalWorker:
         return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:
-        if bench.executable_target:
-            # The tree's own manifest lists where its executables are.
-            for b in self._tree(slot).project.benchmarks:
-                if b.index == bench.index:
-                    return Path(b.executable)
-        return Path(bench.executable)
+        if not bench.executable_target:
+            return Path(bench.executable)
+        # The tree's own manifest lists where its executables are; another tree's copy would
+        # measure the wrong flags without a sign.
+        for b in self._tree(slot).project.benchmarks:
+            if b.index == bench.index:
+                return Path(b.executable)
+        raise CompileIQError(
+            f"benchmark '{bench.workload}' is not registered in the build tree "
+            f"{self._tree(slot).path}: the CMakeLists changed since it was configured. Run tune again.")
 
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark:
         """FORMAT auto, recognised from a run of the baseline (raises ParseError)."""

@@ -3,8 +3,6 @@ that still can never does.  Deterministic: constructed costs and seeded simulati
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from conftest import cxx_evaluator
@@ -132,10 +130,12 @@ def test_with_two_benchmarks_both_are_probed_before_either_is_measured_in_full(c
     where it is 3% slower.  Now every benchmark's first 2 pairs come first: a candidate that
     the finalists beat stops after 2 pairs of each (real builds and runs; a second registration
     of the fixture's benchmark with other arguments; the history written as in the test above)."""
+    cmakelists = cxx_project / "CMakeLists.txt"
+    cmakelists.write_text(cmakelists.read_text() + (
+        'compileiq_add_benchmark(saxpy COMMAND bench_saxpy 100000 30\n'
+        '                        FORMAT regex REGEX "time_ms: ([0-9.eE+-]+)" UNIT ms)\n'))
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
-    first = evaluator.benchmarks[0]
-    evaluator.benchmarks = [first, replace(first, index=first.index + 1, args=("100000", "30"))]
-    evaluator.prepare_baseline()
+    assert len(evaluator.benchmarks) == 2
     for i in range(3):
         row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
                                      {"fake": str(i)}, {}, "test", "search")
