@@ -18,9 +18,24 @@ Commands
   ::
 
     compileiq_tune(<target>... [LANGUAGES <CUDA|CXX>...])
+    compileiq_tune(<target> [LANGUAGES <CUDA|CXX>...] SOURCES <file-or-glob>... [GROUP <name>])
 
   Marks targets whose compile flags are tuned, for the given languages
   (``CUDA`` by default).
+
+  With ``SOURCES``, only those sources of the target are tuned, as a group
+  named ``<target>:<name>`` (``GROUP``; by default the first file's name
+  without extension and wildcards, else its folder's: ``gamma/*.cu`` makes
+  ``gamma``).  Paths and globs (``*``, ``?``) are relative to the
+  target's own folder, where its ``add_library()`` is, and must name sources
+  of the target.  Several calls on one target make several groups, each
+  searched on its own, with its own flags in the toolchain file, which reach
+  exactly its sources (``COMPILE_OPTIONS`` of those source files, set in the
+  target's directory: a file that another target of that directory also
+  compiles gets them there too).  A source belongs to one group at most, and
+  a target is tuned either whole or in groups.  A candidate of a group
+  rebuilds only the group's objects.  With separable compilation
+  (``-dlto`` above all) the device link does not see a group's flags.
 
 .. command:: compileiq_add_benchmark
 
@@ -35,11 +50,17 @@ Commands
                             [WORKDIR <dir>] [TIMEOUT <seconds>] [LABELS <label>...])
 
   Registers a benchmark.  ``REGEX``'s first capture group is the measured
-  value: a time in ``UNIT`` or, with ``HIGHER_IS_BETTER``, a rate.
+  value: a time in ``UNIT`` or, with ``HIGHER_IS_BETTER``, a rate.  With a
+  group named ``name`` (``(?<name>...)`` or ``(?P<name>...)``) every match is
+  a workload of its own, named by that group, with its value in the group
+  ``value`` or else the first unnamed group: one line per case of a
+  benchmark that prints many, each of which a winner must not slow down.
   ``FORMAT time`` times the whole process.  Registering the same name again
   with other arguments adds a workload; winners must hold on all of them.
   Without ``TARGETS`` the benchmark exercises the tuned targets that its
-  executable links, directly or not.  A candidate whose benchmark exits
+  executable links, directly or not.  ``TARGETS`` may name a group,
+  ``<target>:<group>``: a group is measured with the benchmarks that name it,
+  or, where none does, with those of its target.  A candidate whose benchmark exits
   non-zero is invalid.  ``CHECKSUM``'s first capture group (a printed
   checksum) and the file ``OUTPUT_FILE`` (relative to ``WORKDIR``) must equal
   the baseline's exactly, or within the relative ``TOLERANCE`` for candidates
@@ -82,7 +103,8 @@ Variables read:
 
 ``COMPILEIQ_FLAGS_<target>_<LANG>_<arch>`` / ``COMPILEIQ_FLAGS_<target>_<LANG>_portable``
   Tuned flags, set by a toolchain file written by ``compileiq_build``.
-  ``<target>`` is the target name made a C identifier; ``<arch>`` is
+  ``<target>`` is the target name (for a group ``<target>:<group>``) made a C
+  identifier; ``<arch>`` is
   ``sm_<NN>`` for CUDA (used when the target builds for exactly that one
   architecture) and the host processor (``x86_64``) for CXX.  The portable set
   is used otherwise.
@@ -217,8 +239,9 @@ function(_compileiq_misspelt_keyword keywords out_word out_keyword)
 endfunction()
 
 function(compileiq_tune)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "" "LANGUAGES")
-  _compileiq_misspelt_keyword(LANGUAGES word keyword ${arg_UNPARSED_ARGUMENTS} ${arg_LANGUAGES})
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "GROUP" "LANGUAGES;SOURCES")
+  _compileiq_misspelt_keyword("LANGUAGES;SOURCES;GROUP" word keyword
+                              ${arg_UNPARSED_ARGUMENTS} ${arg_LANGUAGES})
   if(word)
     message(FATAL_ERROR
       "compileiq_tune(): '${word}' looks like a misspelt ${keyword}. Write ${keyword}; a target "
@@ -232,6 +255,36 @@ function(compileiq_tune)
   if("LANGUAGES" IN_LIST arg_KEYWORDS_MISSING_VALUES)
     message(FATAL_ERROR
       "compileiq_tune(): LANGUAGES needs at least one of: ${_COMPILEIQ_LANGUAGES}.")
+  endif()
+  set(group "")
+  if(DEFINED arg_SOURCES OR DEFINED arg_GROUP OR "SOURCES" IN_LIST arg_KEYWORDS_MISSING_VALUES
+     OR "GROUP" IN_LIST arg_KEYWORDS_MISSING_VALUES)
+    list(LENGTH arg_UNPARSED_ARGUMENTS count)
+    if(NOT arg_SOURCES)
+      message(FATAL_ERROR
+        "compileiq_tune(${arg_UNPARSED_ARGUMENTS}): a group needs its files. Write: "
+        "compileiq_tune(<target> SOURCES <file-or-glob>... [GROUP <name>]).")
+    endif()
+    if(NOT count EQUAL 1)
+      message(FATAL_ERROR
+        "compileiq_tune(${arg_UNPARSED_ARGUMENTS} SOURCES ...): SOURCES are files of one target. "
+        "Write one call per target: compileiq_tune(<target> SOURCES <file-or-glob>... [GROUP <name>]).")
+    endif()
+    set(group "${arg_GROUP}")
+    if(NOT DEFINED arg_GROUP)
+      # The first file's name without extension and wildcards, else its folder's name:
+      # gamma/*.cu gives gamma, fattn-vec*.cu fattn-vec.
+      list(GET arg_SOURCES 0 first)
+      string(REGEX REPLACE "\\.[^/.]*$" "" group "${first}")
+      string(REGEX REPLACE "[*?]" "" group "${group}")
+      string(REGEX REPLACE "/+$" "" group "${group}")
+      string(REGEX REPLACE ".*/" "" group "${group}")
+    endif()
+    if(NOT group MATCHES "^[A-Za-z0-9_.+-]+$")
+      message(FATAL_ERROR
+        "compileiq_tune(${arg_UNPARSED_ARGUMENTS}): the group name '${group}' may hold only letters, "
+        "digits and _ . + -. Write GROUP <name>.")
+    endif()
   endif()
   set(languages ${arg_LANGUAGES})
   if(NOT languages)
@@ -261,13 +314,21 @@ function(compileiq_tune)
         "compileiq_tune(): '${tgt}' is an imported, interface or utility target and "
         "compiles nothing. Name the library or executable that compiles the sources.")
     endif()
-    get_target_property(old "${tgt}" COMPILEIQ_LANGUAGES)
+    # The whole target's languages, or a group's (its files and where they were named).
+    set(prop COMPILEIQ_LANGUAGES)
+    if(NOT group STREQUAL "")
+      set(prop "COMPILEIQ_GROUP_${group}_LANGUAGES")
+      set_property(TARGET "${tgt}" APPEND PROPERTY COMPILEIQ_GROUPS "${group}")
+      set_property(TARGET "${tgt}" APPEND PROPERTY "COMPILEIQ_GROUP_${group}_SOURCES" "${arg_SOURCES}")
+      set_property(TARGET "${tgt}" APPEND PROPERTY "COMPILEIQ_GROUP_${group}_CALLS" "${CMAKE_CURRENT_LIST_FILE}")
+    endif()
+    get_target_property(old "${tgt}" ${prop})
     if(NOT old)
       set(old "")
     endif()
     set(merged ${old} ${languages})
     list(REMOVE_DUPLICATES merged)
-    set_property(TARGET "${tgt}" PROPERTY COMPILEIQ_LANGUAGES "${merged}")
+    set_property(TARGET "${tgt}" PROPERTY ${prop} "${merged}")
     set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_TUNED "${tgt}")
   endforeach()
 endfunction()
@@ -496,7 +557,12 @@ function(_compileiq_device_link_options tgt)
 endfunction()
 
 # Flags go through generator expressions, so ',' and '>' inside a flag are escaped.
-function(_compileiq_add_flags tgt lang flags)
+# With <sources> (a group's files, of <lang>) the flags go on those files alone.
+function(_compileiq_add_flags tgt lang flags sources)
+  if(sources)
+    set_property(SOURCE ${sources} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${flags})
+    return()
+  endif()
   set(opts "")
   set(escaped "")
   foreach(f IN LISTS flags)
@@ -511,33 +577,26 @@ function(_compileiq_add_flags tgt lang flags)
   endif()
 endfunction()
 
-# In the driver's build trees each tuned target reads its flags from a file,
-# and its objects depend on that file: a new candidate rebuilds exactly them.
-function(_compileiq_use_candidate_file tgt lang id out_file)
-  set(file "${CMAKE_BINARY_DIR}/compileiq/candidate/${id}.${lang}.opts")
-  if(NOT EXISTS "${file}")
-    file(WRITE "${file}" "")
-  endif()
-  if(lang STREQUAL "CUDA")
-    set(opt "--options-file=${file}")
-  else()
-    set(opt "@${file}")
-  endif()
-  set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
-  if(lang STREQUAL "CUDA")
-    _compileiq_device_link_options("${tgt}" "${opt}")
-  endif()
-  # Only the sources of <lang> depend on <lang>'s file (by LANGUAGE, else extension).
-  # Relative source paths are the target's: this runs in the top-level directory, where
-  # CMake would resolve them against the wrong folder and the dependency would be lost.
+# Every source of <tgt> as an absolute path (generator expressions left out).  Relative
+# paths are the target's: this runs in the top-level directory, where CMake would resolve
+# them against the wrong folder.
+function(_compileiq_target_sources tgt out)
   get_target_property(sources "${tgt}" SOURCES)
   get_target_property(tdir "${tgt}" SOURCE_DIR)
-  set(plain "")
+  set(found "")
   foreach(src IN LISTS sources)
-    if(src MATCHES "\\$<")
-      continue()
+    if(NOT src MATCHES "\\$<")
+      get_filename_component(src "${src}" ABSOLUTE BASE_DIR "${tdir}")
+      list(APPEND found "${src}")
     endif()
-    get_filename_component(src "${src}" ABSOLUTE BASE_DIR "${tdir}")
+  endforeach()
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+# The <sources> of <tgt> that compile as <lang> (by LANGUAGE, else extension).
+function(_compileiq_sources_of_language tgt lang sources out)
+  set(found "")
+  foreach(src IN LISTS sources)
     get_source_file_property(src_lang "${src}" TARGET_DIRECTORY "${tgt}" LANGUAGE)
     if(NOT src_lang)
       get_filename_component(ext "${src}" LAST_EXT)
@@ -547,9 +606,88 @@ function(_compileiq_use_candidate_file tgt lang id out_file)
       endif()
     endif()
     if(src_lang STREQUAL lang)
-      list(APPEND plain "${src}")
+      list(APPEND found "${src}")
     endif()
   endforeach()
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+# The files of group <group> of <tgt>: its SOURCES patterns (relative to the target's folder;
+# '*' and '?' match within one path component), each of which must name sources of the target.
+function(_compileiq_group_sources tgt group out)
+  get_target_property(patterns "${tgt}" "COMPILEIQ_GROUP_${group}_SOURCES")
+  get_target_property(calls "${tgt}" "COMPILEIQ_GROUP_${group}_CALLS")
+  list(GET calls 0 call)
+  get_target_property(tdir "${tgt}" SOURCE_DIR)
+  _compileiq_target_sources("${tgt}" all)
+  set(examples "")
+  foreach(src IN LISTS all)
+    list(LENGTH examples n)
+    if(n LESS 5)
+      file(RELATIVE_PATH rel "${tdir}" "${src}")
+      list(APPEND examples "${rel}")
+    endif()
+  endforeach()
+  list(LENGTH all count)
+  list(JOIN examples ", " examples)
+  set(where "compileiq_tune(${tgt} ... GROUP ${group}) in ${call}")
+  set(hint "SOURCES are paths relative to the folder of ${tgt} (${tdir}) of its own sources; it has ${count}, such as ${examples}.")
+  set(found "")
+  foreach(pattern IN LISTS patterns)
+    get_filename_component(abs "${pattern}" ABSOLUTE BASE_DIR "${tdir}")
+    if(pattern MATCHES "[*?]")
+      # The path as a regular expression: its special characters escaped, then the wildcards.
+      string(REGEX REPLACE "([.+^$()|\\])" "\\\\\\1" re "${abs}")
+      string(REPLACE "[" "\\[" re "${re}")
+      string(REPLACE "]" "\\]" re "${re}")
+      string(REPLACE "*" "[^/]*" re "${re}")
+      string(REPLACE "?" "[^/]" re "${re}")
+      set(matched "")
+      foreach(src IN LISTS all)
+        if(src MATCHES "^${re}$")
+          list(APPEND matched "${src}")
+        endif()
+      endforeach()
+      if(NOT matched)
+        message(FATAL_ERROR "${where}: '${pattern}' matches no source of ${tgt}. ${hint}")
+      endif()
+    elseif(abs IN_LIST all)
+      set(matched "${abs}")
+    else()
+      message(FATAL_ERROR "${where}: ${abs} is not a source of ${tgt}. ${hint}")
+    endif()
+    list(APPEND found ${matched})
+  endforeach()
+  list(REMOVE_DUPLICATES found)
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+# In the driver's build trees each tuned target (or group: <sources>) reads its flags from a
+# file, and its objects depend on that file: a new candidate rebuilds exactly them.  Sets
+# <out_file> and <out_file>_sources (how many sources of <lang> read it).
+function(_compileiq_use_candidate_file tgt lang id sources out_file)
+  set(file "${CMAKE_BINARY_DIR}/compileiq/candidate/${id}.${lang}.opts")
+  if(NOT EXISTS "${file}")
+    file(WRITE "${file}" "")
+  endif()
+  if(lang STREQUAL "CUDA")
+    set(opt "--options-file=${file}")
+  else()
+    set(opt "@${file}")
+  endif()
+  if(sources)
+    _compileiq_sources_of_language("${tgt}" "${lang}" "${sources}" plain)
+    if(plain)
+      set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "${opt}")
+    endif()
+  else()
+    set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
+    if(lang STREQUAL "CUDA")
+      _compileiq_device_link_options("${tgt}" "${opt}")
+    endif()
+    _compileiq_target_sources("${tgt}" all)
+    _compileiq_sources_of_language("${tgt}" "${lang}" "${all}" plain)
+  endif()
   if(plain)
     set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY OBJECT_DEPENDS "${file}")
   endif()
@@ -629,13 +767,32 @@ function(_compileiq_json_strings out)
   set(${out} "${json}" PARENT_SCOPE)
 endfunction()
 
+# The languages tuned in <unit>, a tuned target (all its groups') or <target>:<group>;
+# empty when <unit> is not tuned.
+function(_compileiq_unit_languages unit tuned out)
+  set(langs "")
+  if(unit IN_LIST tuned)
+    get_target_property(langs "${unit}" COMPILEIQ_LANGUAGES)
+    get_target_property(groups "${unit}" COMPILEIQ_GROUPS)
+    foreach(g IN LISTS groups)
+      get_target_property(glangs "${unit}" "COMPILEIQ_GROUP_${g}_LANGUAGES")
+      list(APPEND langs ${glangs})
+    endforeach()
+  elseif(unit MATCHES "^(.+):([^:]+)$" AND CMAKE_MATCH_1 IN_LIST tuned)
+    get_target_property(langs "${CMAKE_MATCH_1}" "COMPILEIQ_GROUP_${CMAKE_MATCH_2}_LANGUAGES")
+  endif()
+  list(FILTER langs EXCLUDE REGEX "-NOTFOUND$")
+  set(${out} "${langs}" PARENT_SCOPE)
+endfunction()
+
 # Each registration is also a CTest test; those of CUDA targets hold one GPU.
 function(_compileiq_add_ctest name index exe args workdir labels targets)
   set(test "compileiq.${name}.${index}")
   add_test(NAME "${test}" COMMAND "${exe}" ${args} WORKING_DIRECTORY "${workdir}")
   set(all_labels compileiq ${labels})
+  get_property(tuned GLOBAL PROPERTY _COMPILEIQ_TUNED)
   foreach(t IN LISTS targets)
-    get_target_property(langs "${t}" COMPILEIQ_LANGUAGES)
+    _compileiq_unit_languages("${t}" "${tuned}" langs)
     if("CUDA" IN_LIST langs)
       list(APPEND all_labels gpu)
       set_tests_properties("${test}" PROPERTIES RESOURCE_GROUPS "gpus:1")
@@ -664,6 +821,90 @@ function(_compileiq_gpu_resource_spec)
   set(spec "${CMAKE_BINARY_DIR}/compileiq/ctest-resources.json")
   file(WRITE "${spec}" "{\"version\": {\"major\": 1, \"minor\": 0}, \"local\": [{\"gpus\": [${gpus}]}]}\n")
   set(CTEST_RESOURCE_SPEC_FILE "${spec}" CACHE FILEPATH "CTest resource spec (written by CompileIQ)")
+endfunction()
+
+# The manifest entry of one tuned unit: target <tgt> whole (<group> "") or one group of its
+# <sources>, switched to its candidate files or given its tuned flags.
+function(_compileiq_unit out tgt group langs sources cuda_key cuda_archs project_archs host_key)
+  set(name "${tgt}")
+  if(NOT group STREQUAL "")
+    set(name "${tgt}:${group}")
+  endif()
+  string(MAKE_C_IDENTIFIER "${name}" id)
+  get_target_property(type "${tgt}" TYPE)
+  get_target_property(tdir "${tgt}" SOURCE_DIR)
+  set(t "{}")
+  _compileiq_json_put(t name "${name}")
+  _compileiq_json_put(t id "${id}")
+  _compileiq_json_put(t type "${type}")
+  _compileiq_json_put(t source_dir "${tdir}")
+  _compileiq_json_put(t target "${tgt}")
+  _compileiq_json_put(t group "${group}")
+  _compileiq_json_strings(a ${sources})
+  string(JSON t SET "${t}" sources "${a}")
+  _compileiq_json_strings(a ${langs})
+  string(JSON t SET "${t}" languages "${a}")
+  set(per_lang "{}")
+  foreach(lang IN LISTS langs)
+    set(l "{}")
+    set(plain "")
+    if(sources)
+      _compileiq_sources_of_language("${tgt}" "${lang}" "${sources}" plain)
+      if(NOT plain)
+        message(FATAL_ERROR
+          "compileiq_tune(${tgt} ... GROUP ${group}): none of the group's files compiles as ${lang}. "
+          "Name ${lang} sources in SOURCES, or write the group's LANGUAGES.")
+      endif()
+    endif()
+    if(lang STREQUAL "CUDA")
+      set(key "${cuda_key}")
+      _compileiq_json_strings(a ${project_archs})
+      string(JSON l SET "${l}" project_architectures "${a}")
+      _compileiq_json_strings(a ${cuda_archs})
+      string(JSON l SET "${l}" architectures "${a}")
+    else()
+      set(key "${host_key}")
+    endif()
+    _compileiq_json_put(l arch_key "${key}")
+    set(applied "")
+    if(COMPILEIQ_CANDIDATE_FLAGS)
+      _compileiq_use_candidate_file("${tgt}" "${lang}" "${id}" "${plain}" file)
+      _compileiq_json_put(l candidate_file "${file}")
+      string(JSON l SET "${l}" sources ${file_sources})
+    else()
+      set(var "COMPILEIQ_FLAGS_${id}_${lang}_${key}")
+      if(NOT DEFINED ${var})
+        set(var "COMPILEIQ_FLAGS_${id}_${lang}_portable")
+      endif()
+      if(DEFINED ${var})
+        set(applied "${${var}}")
+        _compileiq_check_compiler("${name}" "${lang}" applied)
+        _compileiq_add_flags("${tgt}" "${lang}" "${applied}" "${plain}")
+        list(JOIN applied " " shown)
+        message(STATUS "CompileIQ: ${name} (${lang}, ${key}) uses tuned flags: ${shown}")
+      else()
+        _compileiq_tuned_keys("${id}" "${lang}" tuned_for)
+        if(tuned_for)
+          set(builds_for "${key}")
+          if(key STREQUAL "portable")
+            list(JOIN cuda_archs ", " builds_for)
+            set(builds_for "several architectures (${builds_for})")
+          endif()
+          list(JOIN tuned_for ", " tuned_for)
+          message(WARNING
+            "CompileIQ: ${name} (${lang}) builds for ${builds_for}, but the toolchain file has flags "
+            "for it only for ${tuned_for}, so it keeps the project's flags. Build ${tgt} for one of "
+            "those, or tune on each architecture it builds for and merge the stores: "
+            "python -m compileiq_build emit --merge STORE...")
+        endif()
+      endif()
+    endif()
+    _compileiq_json_strings(a ${applied})
+    string(JSON l SET "${l}" applied_flags "${a}")
+    string(JSON per_lang SET "${per_lang}" ${lang} "${l}")
+  endforeach()
+  string(JSON t SET "${t}" per_language "${per_lang}")
+  set(${out} "${t}" PARENT_SCOPE)
 endfunction()
 
 function(_compileiq_finalize)
@@ -713,89 +954,99 @@ function(_compileiq_finalize)
   endforeach()
   string(JSON m SET "${m}" compilers "${compilers}")
 
-  # Tuned targets: switch them to candidate files or apply tuned flags.
+  # Tuned targets and groups: switch them to candidate files or apply tuned flags.
   set(targets "[]")
   set(ti 0)
+  set(ids "")
+  set(id_names "")
   foreach(tgt IN LISTS tuned)
-    get_target_property(langs "${tgt}" COMPILEIQ_LANGUAGES)
-    get_target_property(type "${tgt}" TYPE)
-    string(MAKE_C_IDENTIFIER "${tgt}" id)
-    get_target_property(tdir "${tgt}" SOURCE_DIR)
-    set(t "{}")
-    _compileiq_json_put(t name "${tgt}")
-    _compileiq_json_put(t id "${id}")
-    _compileiq_json_put(t type "${type}")
-    _compileiq_json_put(t source_dir "${tdir}")
-    _compileiq_json_strings(a ${langs})
-    string(JSON t SET "${t}" languages "${a}")
-    set(per_lang "{}")
+    get_target_property(whole "${tgt}" COMPILEIQ_LANGUAGES)
+    get_target_property(groups "${tgt}" COMPILEIQ_GROUPS)
+    foreach(v whole groups)
+      if(NOT ${v})
+        set(${v} "")
+      endif()
+    endforeach()
+    list(REMOVE_DUPLICATES groups)
+    if(whole AND groups)
+      list(JOIN groups ", " shown)
+      message(FATAL_ERROR
+        "CompileIQ: ${tgt} is tuned whole (compileiq_tune(${tgt})) and in groups (${shown}); the "
+        "whole target's flags would reach the groups' sources too. Tune it either whole or in "
+        "groups; to tune its other sources as well, make a group of them.")
+    endif()
+    set(langs "${whole}")
+    foreach(g IN LISTS groups)
+      get_target_property(glangs "${tgt}" "COMPILEIQ_GROUP_${g}_LANGUAGES")
+      list(APPEND langs ${glangs})
+    endforeach()
+    list(REMOVE_DUPLICATES langs)
     foreach(lang IN LISTS langs)
       if(NOT lang IN_LIST enabled)
         message(FATAL_ERROR
           "compileiq_tune(${tgt} LANGUAGES ${lang}): the project does not enable ${lang}. "
           "Add it to project(... LANGUAGES ...) or enable_language(${lang}), or drop it from LANGUAGES.")
       endif()
-      set(l "{}")
-      if(lang STREQUAL "CUDA")
-        _compileiq_cuda_arch_key("${tgt}" key archs)
-        _compileiq_json_strings(a ${archs})
-        string(JSON l SET "${l}" project_architectures "${a}")
-        if(COMPILEIQ_TUNING_ARCH)
-          set_property(TARGET "${tgt}" PROPERTY CUDA_ARCHITECTURES "${COMPILEIQ_TUNING_ARCH}-real")
-          # Also explicitly: a project may pass -arch=sm_XX in CMAKE_CUDA_FLAGS (policy CMP0104
-          # OLD), which the property does not override; the GPU then runs this machine code.
-          set(gencode "--generate-code=arch=compute_${COMPILEIQ_TUNING_ARCH}$<COMMA>code=sm_${COMPILEIQ_TUNING_ARCH}")
-          set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:${gencode}>")
-          _compileiq_device_link_options("${tgt}" "${gencode}")  # the executable links that code
-          _compileiq_cuda_arch_key("${tgt}" key archs)
-        endif()
-        _compileiq_json_strings(a ${archs})
-        string(JSON l SET "${l}" architectures "${a}")
-      else()
-        set(key "${host_key}")
-      endif()
-      _compileiq_json_put(l arch_key "${key}")
-      if(COMPILEIQ_CANDIDATE_FLAGS)
-        _compileiq_use_candidate_file("${tgt}" "${lang}" "${id}" file)
-        _compileiq_json_put(l candidate_file "${file}")
-        string(JSON l SET "${l}" sources ${file_sources})
-        set(applied "")
-      else()
-        set(var "COMPILEIQ_FLAGS_${id}_${lang}_${key}")
-        if(NOT DEFINED ${var})
-          set(var "COMPILEIQ_FLAGS_${id}_${lang}_portable")
-        endif()
-        set(applied "")
-        if(DEFINED ${var})
-          set(applied "${${var}}")
-          _compileiq_check_compiler("${tgt}" "${lang}" applied)
-          _compileiq_add_flags("${tgt}" "${lang}" "${applied}")
-          list(JOIN applied " " shown)
-          message(STATUS "CompileIQ: ${tgt} (${lang}, ${key}) uses tuned flags: ${shown}")
-        else()
-          _compileiq_tuned_keys("${id}" "${lang}" tuned_for)
-          if(tuned_for)
-            set(builds_for "${key}")
-            if(key STREQUAL "portable")
-              list(JOIN archs ", " builds_for)
-              set(builds_for "several architectures (${builds_for})")
-            endif()
-            list(JOIN tuned_for ", " tuned_for)
-            message(WARNING
-              "CompileIQ: ${tgt} (${lang}) builds for ${builds_for}, but the toolchain file has flags "
-              "for it only for ${tuned_for}, so it keeps the project's flags. Build ${tgt} for one of "
-              "those, or tune on each architecture it builds for and merge the stores: "
-              "python -m compileiq_build emit --merge STORE...")
-          endif()
-        endif()
-      endif()
-      _compileiq_json_strings(a ${applied})
-      string(JSON l SET "${l}" applied_flags "${a}")
-      string(JSON per_lang SET "${per_lang}" ${lang} "${l}")
     endforeach()
-    string(JSON t SET "${t}" per_language "${per_lang}")
-    string(JSON targets SET "${targets}" ${ti} "${t}")
-    math(EXPR ti "${ti} + 1")
+    set(cuda_key "")
+    set(cuda_archs "")
+    set(project_archs "")
+    if("CUDA" IN_LIST langs)
+      _compileiq_cuda_arch_key("${tgt}" cuda_key project_archs)
+      set(cuda_archs "${project_archs}")
+      if(COMPILEIQ_TUNING_ARCH)
+        set_property(TARGET "${tgt}" PROPERTY CUDA_ARCHITECTURES "${COMPILEIQ_TUNING_ARCH}-real")
+        # Also explicitly: a project may pass -arch=sm_XX in CMAKE_CUDA_FLAGS (policy CMP0104
+        # OLD), which the property does not override; the GPU then runs this machine code.
+        set(gencode "--generate-code=arch=compute_${COMPILEIQ_TUNING_ARCH}$<COMMA>code=sm_${COMPILEIQ_TUNING_ARCH}")
+        set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:${gencode}>")
+        _compileiq_device_link_options("${tgt}" "${gencode}")  # the executable links that code
+        _compileiq_cuda_arch_key("${tgt}" cuda_key cuda_archs)
+      endif()
+    endif()
+    set(units "")
+    if(whole)
+      set(units "-")  # the whole target: a name no group can have
+    endif()
+    list(APPEND units ${groups})
+    set(claimed "")
+    set(claimed_by "")
+    foreach(unit IN LISTS units)
+      set(sources "")
+      set(group "")
+      set(ulangs "${whole}")
+      if(NOT unit STREQUAL "-")
+        set(group "${unit}")
+        get_target_property(ulangs "${tgt}" "COMPILEIQ_GROUP_${group}_LANGUAGES")
+        _compileiq_group_sources("${tgt}" "${group}" sources)
+        foreach(src IN LISTS sources)
+          list(FIND claimed "${src}" at)
+          if(at GREATER -1)
+            list(GET claimed_by ${at} other)
+            message(FATAL_ERROR
+              "CompileIQ: ${src} is in groups ${other} and ${group} of ${tgt}; a source gets the "
+              "flags of one group. Leave it out of one of their SOURCES.")
+          endif()
+          list(APPEND claimed "${src}")
+          list(APPEND claimed_by "${group}")
+        endforeach()
+      endif()
+      _compileiq_unit(t "${tgt}" "${group}" "${ulangs}" "${sources}" "${cuda_key}" "${cuda_archs}"
+                      "${project_archs}" "${host_key}")
+      string(JSON id GET "${t}" id)
+      string(JSON name GET "${t}" name)
+      list(FIND ids "${id}" at)
+      if(at GREATER -1)
+        list(GET id_names ${at} other)
+        message(FATAL_ERROR
+          "CompileIQ: the tuned ${other} and ${name} both become ${id} in the toolchain file's "
+          "variable names. Give the group another name (GROUP <name>).")
+      endif()
+      list(APPEND ids "${id}")
+      list(APPEND id_names "${name}")
+      string(JSON targets SET "${targets}" ${ti} "${t}")
+      math(EXPR ti "${ti} + 1")
+    endforeach()
   endforeach()
   string(JSON m SET "${m}" targets "${targets}")
 
@@ -833,10 +1084,12 @@ function(_compileiq_finalize)
       set(exe_path "${exe}")
     endif()
     foreach(t IN LISTS TARGETS)
-      if(NOT t IN_LIST tuned)
+      _compileiq_unit_languages("${t}" "${tuned}" langs)
+      if(NOT langs)
         message(FATAL_ERROR
           "compileiq_add_benchmark(${NAME}): TARGETS names '${t}', which is not marked for tuning. "
-          "Add compileiq_tune(${t}) or remove it from TARGETS.")
+          "Add compileiq_tune(${t}) (for a group <target>:<group>, compileiq_tune(<target> SOURCES ... "
+          "GROUP <group>)) or remove it from TARGETS.")
       endif()
     endforeach()
     if(NOT TARGETS)

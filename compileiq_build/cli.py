@@ -102,7 +102,7 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    "then a model of the measurements; survey: every one-option move, then a uniform "
                    "sample, to map a space)")
     p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
-                   help="tune only these targets")
+                   help="tune only these targets or groups (<target>:<group>; a target names all its groups)")
     p.add_argument("--dimensions", nargs="+", default=[], metavar="NAME",
                    help="search only these dimensions of the space (names as `space` prints them)")
     p.add_argument("--output", type=Path, help="toolchain file to write (default: "

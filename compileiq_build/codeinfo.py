@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,9 +68,19 @@ class CodeInfo:
     features: dict[str, float]
 
 
-def object_files(tree: Path, target: str) -> list[Path]:
-    """The target's object files in a Ninja build tree (CMakeFiles/<target>.dir/...)."""
-    return sorted(p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o"))
+def object_files(tree: Path, target: str, sources: Sequence[str] = ()) -> list[Path]:
+    """The target's object files in a Ninja build tree (CMakeFiles/<target>.dir/...), or only
+    those of `sources` (absolute paths): CMake names an object after its source's path
+    relative to the target's folder (`__` for `..`), plus `.o`."""
+    found = [p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o")
+             for rel in [p.relative_to(d).as_posix()]
+             if not sources or any(_object_of(rel, src) for src in sources)]
+    return sorted(found)
+
+
+def _object_of(rel: str, source: str) -> bool:
+    parts = [part for part in rel.removesuffix(".o").split("/") if part != "__"]
+    return Path(source).parts[-len(parts):] == tuple(parts)
 
 
 def read_code(objects: list[Path], build_output: str) -> CodeInfo:

@@ -74,19 +74,37 @@ def _scale(bench: Benchmark, number: float) -> float:
     return number if bench.higher_is_better else number * UNIT_SECONDS[bench.unit]
 
 
+# A named group as most regex dialects write it, `(?<name>...)`; Python's is `(?P<name>...)`.
+_NAMED_GROUP = re.compile(r"\(\?<(?=[A-Za-z_])")
+
+
 def parse_regex(bench: Benchmark, stdout: str) -> list[Reading]:
-    try:
-        pattern = re.compile(bench.regex, re.MULTILINE)  # ^ and $ match at each line
+    """The first capture group of the last match; with a group `name`, one entry per name
+    matched (its last match), its value in the group `value` or else the first unnamed one."""
+    try:  # ^ and $ match at each line
+        pattern = re.compile(_NAMED_GROUP.sub("(?P<", bench.regex), re.MULTILINE)
     except re.error as exc:
         raise ParseError(f"REGEX {bench.regex!r} is not a valid regular expression: {exc}") from None
-    if pattern.groups < 1:
-        raise ParseError(f"REGEX {bench.regex!r} has no capture group for the value")
+    named = set(pattern.groupindex.values())
+    value = pattern.groupindex.get("value") or next(
+        (i for i in range(1, pattern.groups + 1) if i not in named), None)
+    if value is None:
+        raise ParseError(f"REGEX {bench.regex!r} has no capture group for the value (an unnamed "
+                         "group, or one named 'value')")
     matches = list(pattern.finditer(stdout))
     if not matches:
         raise ParseError(f"REGEX {bench.regex!r} matched nothing in the output")
-    text = matches[-1].group(1)  # the last report: earlier ones may be warm-ups
-    number = _positive(_float(text, "REGEX captured"), text)
-    return [Reading("", _scale(bench, number), text)]
+    if "name" not in pattern.groupindex:
+        text = matches[-1].group(value)  # the last report: earlier ones may be warm-ups
+        return [Reading("", _scale(bench, _positive(_float(text, "REGEX captured"), text)), text)]
+    last = {m.group("name").strip(): m.group(value) for m in matches}
+    readings = []
+    for name, text in last.items():
+        if not name:
+            raise ParseError(f"REGEX {bench.regex!r}: the group 'name' matched an empty name")
+        number = _positive(_float(text, f"REGEX captured for {name!r}"), text)
+        readings.append(Reading(name, _scale(bench, number), text))
+    return readings
 
 
 def parse_csv(bench: Benchmark, stdout: str) -> list[Reading]:

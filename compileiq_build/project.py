@@ -35,6 +35,8 @@ class Compiler:
 
 @dataclass(frozen=True)
 class Target:
+    """A tuned unit: a CMake target, or a group of its sources (named `<target>:<group>`)."""
+
     name: str
     id: str  # the name made a C identifier, as in the toolchain's variable names
     type: str
@@ -44,6 +46,13 @@ class Target:
     candidate_files: dict[str, Path] = field(default_factory=dict)
     source_counts: dict[str, int] = field(default_factory=dict)  # sources per language (tuning trees)
     applied_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    cmake_target: str = ""  # the CMake target; a group's differs from its name
+    group: str = ""
+    sources: tuple[str, ...] = ()  # a group's files (absolute); empty: every source of the target
+
+    def __post_init__(self) -> None:
+        if not self.cmake_target:
+            object.__setattr__(self, "cmake_target", self.name)
 
 
 def jit_warning(target: Target, gpu_arch: str) -> str:
@@ -110,7 +119,11 @@ class Project:
         raise KeyError(name)
 
     def benchmarks_for(self, target: str) -> list[Benchmark]:
-        return [b for b in self.benchmarks if target in b.targets]
+        """The benchmarks that exercise a tuned target; for a group, those that name it in
+        TARGETS, else those of its CMake target."""
+        named = [b for b in self.benchmarks if target in b.targets]
+        cmake = next((t.cmake_target for t in self.targets if t.name == target), target)
+        return named or [b for b in self.benchmarks if cmake in b.targets]
 
 
 def _str(d: dict[str, Any], key: str, where: str) -> str:
@@ -210,6 +223,9 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
                 candidate_files=files,
                 source_counts=counts,
                 applied_flags=applied,
+                cmake_target=_str(t, "target", tw),
+                group=_str(t, "group", tw),
+                sources=_strs(t, "sources", tw),
             )
         )
     benchmarks = []

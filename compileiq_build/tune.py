@@ -79,10 +79,11 @@ class TuneResult:
 def select_targets(project: Project, names: Sequence[str], has_gpu: bool) -> list[Target]:
     known = [t.name for t in project.targets]
     for name in names:
-        if name not in known:
+        if name not in known and not any(t.cmake_target == name for t in project.targets):
             raise CompileIQError(f"--targets names '{name}', which is not tuned in this build. "
                                  f"Tuned targets: {', '.join(known)}.")
-    chosen = [t for t in project.targets if not names or t.name in names]
+    # A CMake target's name selects all its groups.
+    chosen = [t for t in project.targets if not names or t.name in names or t.cmake_target in names]
     cuda = [t.name for t in chosen if "CUDA" in t.languages]
     if cuda and not has_gpu:
         others = [t.name for t in chosen if "CUDA" not in t.languages]
@@ -94,7 +95,7 @@ def select_targets(project: Project, names: Sequence[str], has_gpu: bool) -> lis
         if not project.benchmarks_for(t.name):
             raise CompileIQError(
                 f"no benchmark exercises '{t.name}'. Register one: compileiq_add_benchmark(<name> "
-                f"COMMAND <executable> ... TARGETS {t.name}).")
+                f"COMMAND <executable> ... TARGETS {t.cmake_target}).")
     return chosen
 
 

@@ -93,7 +93,8 @@ class LocalWorker:
         if not result.ok:
             return Compiled(slot, result)
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
-        code = read_code(object_files(tree.path, target), result.log)
+        unit = tree.project.target(target)
+        code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log)
         return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:

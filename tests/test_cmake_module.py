@@ -188,6 +188,29 @@ CASES = {
     "typo_in_tune": ("compileiq_tune(lib LANGUAGE CXX)",
                      r"compileiq_tune\(\): 'LANGUAGE' looks like a misspelt LANGUAGES\. Write LANGUAGES; "
                      r".*CMakeLists\.txt:6 \(compileiq_tune\)"),
+    # Groups of a target's sources.
+    "group_file_not_in_target": ("compileiq_tune(lib LANGUAGES CXX SOURCES main.cpp)",
+                                 r"compileiq_tune\(lib \.\.\. GROUP main\) in .*CMakeLists\.txt: "
+                                 r".*/main\.cpp is not a source of lib\. SOURCES are paths relative to "
+                                 r"the folder of lib .* it has 1, such as lib\.cpp"),
+    "group_glob_matches_nothing": ("compileiq_tune(lib LANGUAGES CXX SOURCES k*.cpp GROUP k)",
+                                   r"'k\*\.cpp' matches no source of lib"),
+    "group_overlap": ("compileiq_tune(lib LANGUAGES CXX SOURCES lib.cpp GROUP a)\n"
+                      "compileiq_tune(lib LANGUAGES CXX SOURCES *.cpp GROUP b)",
+                      r"lib\.cpp is in groups a and b of lib; a source gets the flags of one group"),
+    "group_and_whole": ("compileiq_tune(lib LANGUAGES CXX)\n"
+                        "compileiq_tune(lib LANGUAGES CXX SOURCES lib.cpp)",
+                        r"lib is tuned whole \(compileiq_tune\(lib\)\) and in groups \(lib\)"),
+    "group_of_two_targets": ("compileiq_tune(lib exe LANGUAGES CXX SOURCES lib.cpp)",
+                             r"SOURCES are files of one target"),
+    "group_without_sources": ("compileiq_tune(lib LANGUAGES CXX GROUP g)", r"a group needs its files"),
+    "group_bad_name": ("compileiq_tune(lib LANGUAGES CXX SOURCES lib.cpp GROUP \"a b\")",
+                       r"the group name 'a b' may hold only"),
+    "benchmark_of_unknown_group": ("compileiq_tune(lib LANGUAGES CXX SOURCES lib.cpp GROUP a)\n"
+                                   "compileiq_add_benchmark(b COMMAND exe FORMAT time TARGETS lib:z)",
+                                   r"TARGETS names 'lib:z', which is not marked for tuning"),
+    "typo_sources": ("compileiq_tune(lib LANGUAGES CXX SOURCE lib.cpp)",
+                     r"'SOURCE' looks like a misspelt SOURCES"),
 }
 
 

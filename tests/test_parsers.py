@@ -188,3 +188,39 @@ def test_a_value_printed_with_too_few_digits_is_warned_about(tmp_path):
     rate_bench = bench(format="regex", regex=r"Triad +([0-9.]+)", higher_is_better=True)
     rate = run_workload(rate_bench, exe, timeout=60)
     assert rate.ok and coarse_values(rate) == []
+
+
+# test-backend-ops perf (ggml) prints one line per op case; the data file follows its printf
+# formats (print_perf_console), colour codes included.
+BACKEND_OPS = r"^  (?<name>[A-Z_]+\(.*\)):\s+\d+ runs -\s+([0-9.]+) us/run"
+
+
+def test_a_named_group_makes_one_workload_per_case():
+    readings = parse_regex(bench(format="regex", regex=BACKEND_OPS, unit="us"),
+                           (DATA / "test_backend_ops_perf.txt").read_text())
+    assert [r.entry.split("(")[0] for r in readings] == ["MUL_MAT", "MUL_MAT", "FLASH_ATTN_EXT", "RMS_NORM"]
+    assert readings[0].entry.startswith("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=512")
+    assert [r.value for r in readings] == pytest.approx([1663.07e-6, 1939.40e-6, 61.25e-6, 11.12e-6])
+    assert readings[3].printed == "11.12"  # the coarse-value check sees what was printed
+
+
+def test_named_groups_value_and_repeated_cases():
+    text = "warmup a=9.0 b=1\nrun a=1.5 b=2\nrun b=2.5 a=7\n"
+    # The value group wins over the first unnamed one; a case printed twice keeps its last line.
+    readings = parse_regex(bench(format="regex", regex=r"(run|warmup) (?P<name>\w)=(?P<value>[0-9.]+)"), text)
+    assert [(r.entry, r.value) for r in readings] == [("a", 1.5), ("b", 2.5)]
+    with pytest.raises(ParseError, match="no capture group for the value"):
+        parse_regex(bench(format="regex", regex=r"(?<name>\w)="), text)
+    # Lookbehinds are not named groups.
+    (only,) = parse_regex(bench(format="regex", regex=r"(?<=a=)([0-9.]+)"), text)
+    assert only.value == 7.0
+
+
+def test_a_real_process_with_a_named_group_gives_a_sample_per_case(tmp_path):
+    exe = tmp_path / "ops"
+    exe.write_text(f"#!{sys.executable}\nprint(open({str(DATA / 'test_backend_ops_perf.txt')!r}).read())\n")
+    exe.chmod(0o755)
+    run = run_workload(bench(format="regex", regex=BACKEND_OPS, unit="us", name="ops"), exe, timeout=60)
+    assert run.ok and len(run.samples) == 4
+    assert run.samples[2].workload.startswith("ops/FLASH_ATTN_EXT(hsk=128")
+    assert coarse_values(run) == []
