@@ -131,6 +131,8 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--allow-host-specific", action="store_true",
                    help="also try options tied to this machine's CPU (-march=native): the binaries "
                    "then run only on CPUs like this one, and the toolchain file says so")
+    p.add_argument("--allow-shared-gpu", action="store_true",
+                   help="measure although another process holds the GPU (the report says so)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
@@ -157,7 +159,7 @@ def _tune_options(args: argparse.Namespace):
         jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
-        fresh=args.fresh, seed=args.seed)
+        allow_shared_gpu=args.allow_shared_gpu, fresh=args.fresh, seed=args.seed)
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:

@@ -6,10 +6,12 @@ clock, the highest temperature and every clock-event (throttle) reason seen.
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 # NVML clock-event reasons that slow the GPU down (idle, application clocks and
@@ -95,6 +97,73 @@ class GpuMonitor:
                              mem_clock_mhz=max(r[1] for r in readings),
                              temperature_max_c=max(r[2] for r in readings),
                              clock_event_reasons=reasons, readings=len(readings))
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process with a compute context on a GPU, as NVML lists it."""
+
+    gpu: int
+    pid: int
+    name: str  # '' when the process is not visible from here (another container)
+    memory_mib: int | None
+
+
+def compute_processes(indices: Sequence[int]) -> list[GpuProcess]:
+    """Other processes holding these GPUs; empty where NVML is not available."""
+    if pynvml is None:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    found = []
+    for index in indices:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except pynvml.NVMLError:
+            continue
+        for p in procs:
+            if p.pid == os.getpid():
+                continue
+            used = p.usedGpuMemory
+            found.append(GpuProcess(index, p.pid, process_name(p.pid),
+                                    used // 2**20 if isinstance(used, int) else None))
+    return found
+
+
+def process_name(pid: int) -> str:
+    """The command line of `pid`, shortened ('' when /proc does not show it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return ""
+    text = " ".join(w.decode(errors="replace") for w in words if w)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def shared_gpu_error(procs: Sequence[GpuProcess]) -> str:
+    """Why measuring on these GPUs now would be wrong, and what to do."""
+    listed = "; ".join(f"GPU {p.gpu}: pid {p.pid} ({p.name or 'not visible from here'}"
+                       f"{f', {p.memory_mib} MiB' if p.memory_mib is not None else ''})" for p in procs)
+    return (f"another process holds the GPU that tune would measure on: {listed}. Its work would "
+            "be measured as noise, or as gains and losses. Wait for it to end, choose a free GPU "
+            "with --gpus, or measure anyway with --allow-shared-gpu (the report then says so).")
+
+
+def shared_gpu_lines(sessions: Sequence[tuple[int, float, str, dict[str, Any]]]) -> list[str]:
+    """For the reports: the stored sessions (Store.sessions) that measured while other processes
+    held the GPU (tune --allow-shared-gpu)."""
+    lines = []
+    for session, started, _, env in sessions:
+        when = datetime.datetime.fromtimestamp(started, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+        for p in env.get("shared_gpu") or []:
+            lines.append(f"warning: session {session} ({when} UTC) measured on GPU {p['gpu']} while pid "
+                         f"{p['pid']} ({p['name'] or 'not visible from here'}) also used it: its "
+                         "measurements hold that process's load as noise")
+    return lines
 
 
 def slowdowns(state: dict[str, Any]) -> list[str]:

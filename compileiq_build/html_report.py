@@ -22,7 +22,7 @@ import jinja2
 
 from compileiq_build import __version__
 from compileiq_build.effects import Move, Removal, estimates_text, one_option_moves, removals, speedup_text
-from compileiq_build.gpu import slowdowns
+from compileiq_build.gpu import shared_gpu_lines, slowdowns
 from compileiq_build.selection import (
     SAME_AS_BASELINE,
     NoWinner,
@@ -245,7 +245,8 @@ def render_html(store: Store, title: str) -> str:
     env = sessions[-1][3] if sessions else {}
     return _ENV.get_template("report.html.j2").render(
         title=title, version=__version__, views=views, env=env, gpu_ranges=_gpu_ranges(store),
-        sessions=len(sessions), Winner=Winner, speedup_text=speedup_text, estimates_text=estimates_text)
+        sessions=len(sessions), shared_gpu=shared_gpu_lines(sessions), Winner=Winner,
+        speedup_text=speedup_text, estimates_text=estimates_text)
 
 
 def write_html(store: Store, path: Path, title: str) -> None:

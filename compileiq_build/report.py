@@ -11,6 +11,7 @@ from pathlib import Path
 
 from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.errors import CompileIQError
+from compileiq_build.gpu import shared_gpu_lines
 from compileiq_build.project import load_project
 from compileiq_build.selection import (
     SAME_AS_BASELINE,
@@ -114,6 +115,7 @@ def report(build_dir: Path) -> str:
                 lines.append(f"  {pending_text(decision)}")
             measured = searched + remeasured(store, target, arch)
             lines += _effect_lines(measured, decision)
+        lines += shared_gpu_lines(store.sessions())
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:
         store.close()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -25,6 +25,7 @@ from compileiq_build import environment, ray_workers
 from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.gpu import compute_processes, shared_gpu_error
 from compileiq_build.minimize import minimize
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
@@ -63,6 +64,7 @@ class TuneOptions:
     measure_time_cap: float = 300.0  # seconds per workload and candidate
     allow_numerics_change: bool = False
     allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
+    allow_shared_gpu: bool = False  # measure although another process holds the GPU
     max_stage: int = 3
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
@@ -157,6 +159,7 @@ class Tuner:
         self.work = self.build_dir / "compileiq" / "work"
         self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
         self.interrupt = {"stop": False}
+        self.shared_gpu: list[dict[str, object]] = []  # other processes on the GPUs measured
 
     def check_interrupt(self) -> None:
         if self.interrupt["stop"]:
@@ -227,6 +230,7 @@ class Tuner:
                 workers, tree_project, arch = self._ray_workers(cuda)
             else:
                 gpus = self._measuring_gpus() if cuda else []
+                self._check_gpus_free(gpus)
                 arch = gpus[0].arch if gpus else ""
                 slots = max(1, self._parallel() // max(1, len(gpus)))
                 local = local_workers(self.project, self.work, gpus, slots)
@@ -305,6 +309,17 @@ class Tuner:
             self.report.note(f"tuning for {gpus[0].arch_key} ({gpus[0].name}): the GPUs of other "
                              "architectures are not used; run tune again with --gpus for them")
         return same
+
+    def _check_gpus_free(self, gpus: Sequence[Gpu]) -> None:
+        """Stop when another process holds a GPU that would measure; --allow-shared-gpu goes
+        on, and the session records the processes, for the report."""
+        procs = compute_processes([g.index for g in gpus])
+        if procs and not self.options.allow_shared_gpu:
+            raise CompileIQError(shared_gpu_error(procs))
+        self.shared_gpu = [asdict(p) for p in procs]
+        for p in procs:
+            self.report.note(f"warning: measuring on GPU {p.gpu}, which pid {p.pid} "
+                             f"({p.name or 'not visible from here'}) also uses (--allow-shared-gpu)")
 
     def _ray_workers(self, cuda: bool) -> tuple[list[Worker], Project, str]:
         """Workers on the Ray cluster's GPUs (or nodes, for CPU targets), configured."""
@@ -464,7 +479,8 @@ class Tuner:
 
     def _environment(self) -> dict[str, object]:
         compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}
-        return {**environment.describe(self.gpus), "compilers": compilers}
+        described = {**environment.describe(self.gpus), "compilers": compilers}
+        return {**described, "shared_gpu": self.shared_gpu} if self.shared_gpu else described
 
     def _provenance(self) -> Provenance:
         date = datetime.datetime.now(datetime.UTC).date().isoformat()
