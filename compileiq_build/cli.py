@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     _tune_arguments(t)
 
+    pr = verbs.add_parser("profile", help="where the benchmarks' GPU time goes (ncu), and the "
+                          "groups of sources that suggests")
+    pr.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    pr.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
+                    help="only these CUDA targets or groups")
+    pr.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
+                    help="profile on the first of these GPUs")
+    pr.add_argument("--allow-shared-gpu", action="store_true",
+                    help="profile although another process holds the GPU")
+
     r = verbs.add_parser("report", help="summarise the stored results of a build folder")
     r.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     r.add_argument("--csv", type=Path, metavar="PATH", help="also export every measurement as CSV")
@@ -131,6 +141,8 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--allow-host-specific", action="store_true",
                    help="also try options tied to this machine's CPU (-march=native): the binaries "
                    "then run only on CPUs like this one, and the toolchain file says so")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="measure although another process holds the GPU (the report says so)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
@@ -159,7 +171,7 @@ def _tune_options(args: argparse.Namespace):
         jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
-        allow_shared_gpu=args.allow_shared_gpu, fresh=args.fresh, seed=args.seed)
+        allow_shared_gpu=args.allow_shared_gpu, profile=args.profile, fresh=args.fresh, seed=args.seed)
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
@@ -211,6 +223,13 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         _confirm_fresh(args, args.build_dir.resolve())
         _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
+    elif args.verb == "profile":
+        from compileiq_build.progress import Reporter
+        from compileiq_build.tune import TuneOptions, profile
+
+        options = TuneOptions(targets=args.targets, gpus=args.gpus, allow_shared_gpu=args.allow_shared_gpu)
+        print("\n".join(profile(args.build_dir, options, Reporter(), command)) or
+              "no source of the tuned targets holds the profiled kernels")
     elif args.verb == "demo":
         from compileiq_build.demo import demo
         from compileiq_build.progress import Reporter

@@ -101,6 +101,11 @@ def read_code(objects: list[Path], build_output: str) -> CodeInfo:
     return CodeInfo(h.hexdigest() if objects else "", _features(counts, _resources(build_output)))
 
 
+def kernels_of(obj: Path) -> set[str]:
+    """The (mangled) names of the device functions whose SASS an object holds."""
+    return {m[1].decode() for line in (_cuobjdump(obj) or b"").splitlines() if (m := _FUNCTION.match(line))}
+
+
 def code_digest(objects: list[Path]) -> str:
     """A digest of the machine code of these objects ('' when there are none)."""
     return read_code(objects, "").digest

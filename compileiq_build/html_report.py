@@ -23,6 +23,7 @@ import jinja2
 from compileiq_build import __version__
 from compileiq_build.effects import Move, Removal, estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.gpu import shared_gpu_lines, slowdowns
+from compileiq_build.profile import cmake_target_of, table_lines
 from compileiq_build.selection import (
     SAME_AS_BASELINE,
     NoWinner,
@@ -79,6 +80,7 @@ class TargetView:
     moves: list[Move]
     removals: list[Removal]
     candidates: list[CandidateRow]
+    kernels: list[str]  # where the baseline's GPU time goes (profile.table_lines)
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
@@ -219,7 +221,8 @@ def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
         speedup_svg=speedup_chart(decision) if isinstance(decision, Winner) else "",
         moves=one_option_moves(measured),
         removals=removals(decision, measured) if isinstance(decision, Winner) else [],
-        candidates=[_candidate_row(o) for o in searched])
+        candidates=[_candidate_row(o) for o in searched],
+        kernels=table_lines(store.kernel_times(cmake_target_of(target), arch)))
 
 
 def _gpu_ranges(store: Store) -> dict[str, Any]:

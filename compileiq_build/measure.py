@@ -82,7 +82,8 @@ def _gbench_out(args: tuple[str, ...]) -> str | None:
     return None
 
 
-def _command(bench: Benchmark, executable: Path, scratch: Path) -> list[str]:
+def benchmark_command(bench: Benchmark, executable: Path, scratch: Path) -> list[str]:
+    """The benchmark's command line (output files of its format go to `scratch`)."""
     args = list(bench.args)
     if bench.format == "gbench" and not any(a.startswith(("--benchmark_format", "--benchmark_out"))
                                             for a in args):
@@ -142,7 +143,7 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[s
         state: dict[str, Any] = {}
         try:
             with (monitor or GpuMonitor.disabled()).watch() as state:
-                proc = process.run(_command(bench, executable, scratch), timeout, cwd=workdir,
+                proc = process.run(benchmark_command(bench, executable, scratch), timeout, cwd=workdir,
                                    env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
             return failed(f"timed out after {timeout:.0f} s", time.perf_counter() - start, gpu=state)

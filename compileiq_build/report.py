@@ -12,6 +12,7 @@ from pathlib import Path
 from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import shared_gpu_lines
+from compileiq_build.profile import cmake_target_of, table_lines
 from compileiq_build.project import load_project
 from compileiq_build.selection import (
     SAME_AS_BASELINE,
@@ -88,6 +89,7 @@ def report(build_dir: Path) -> str:
     store = _open(build_dir)
     try:
         lines = []
+        profiled = set()
         for target, arch in pairs(store):
             searched = outcomes(store, target, arch, "search")
             verdicts: dict[str, int] = {}
@@ -115,6 +117,10 @@ def report(build_dir: Path) -> str:
                 lines.append(f"  {pending_text(decision)}")
             measured = searched + remeasured(store, target, arch)
             lines += _effect_lines(measured, decision)
+            cmake = cmake_target_of(target)
+            if (cmake, str(arch)) not in profiled and (kernels := store.kernel_times(cmake, arch)):
+                profiled.add((cmake, str(arch)))
+                lines += [f"  where the baseline's GPU time goes in {cmake} (ncu):", *table_lines(kernels)]
         lines += shared_gpu_lines(store.sessions())
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
+from compileiq_build.profile import KernelTime
 
 STORE = Path("compileiq") / "results.sqlite"
 SCHEMA = 6
@@ -43,6 +44,11 @@ CREATE TABLE IF NOT EXISTS samples (
   value REAL, cost REAL, wall_s REAL NOT NULL, exit_code INTEGER, error TEXT NOT NULL,
   created REAL NOT NULL, gpu TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples(evaluation_id);
+CREATE TABLE IF NOT EXISTS kernel_times (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  target TEXT NOT NULL, arch_keys TEXT NOT NULL, workload TEXT NOT NULL, kernel TEXT NOT NULL,
+  seconds REAL NOT NULL, launches INTEGER NOT NULL, source TEXT NOT NULL, unit TEXT NOT NULL);
 """
 
 # Older stores gain the columns added since: schema 2 the GPU state of each sample, schema 3
@@ -235,6 +241,25 @@ class Store:
         return self.db.execute(
             "SELECT workload, role, rep, cost, error FROM samples WHERE evaluation_id=? ORDER BY id",
             (evaluation,)).fetchall()
+
+    @_locked
+    def add_kernel_times(self, session: int, target: str, arch_keys: Mapping[str, str],
+                         rows: Sequence[KernelTime]) -> None:
+        """A benchmark's profile (profile.py) for a CMake target, in one transaction."""
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO kernel_times (session_id, target, arch_keys, workload, kernel, seconds,"
+                " launches, source, unit) VALUES (?,?,?,?,?,?,?,?,?)",
+                [(session, target, arch_json(arch_keys), r.workload, r.kernel, r.seconds, r.launches,
+                  r.source, r.unit) for r in rows])
+
+    @_locked
+    def kernel_times(self, target: str, arch_keys: Mapping[str, str]) -> list[KernelTime]:
+        """The stored profiles of a CMake target, most time first per benchmark."""
+        rows = self.db.execute(
+            "SELECT workload, kernel, seconds, launches, source, unit FROM kernel_times"
+            " WHERE target=? AND arch_keys=? ORDER BY id", (target, arch_json(arch_keys))).fetchall()
+        return [KernelTime(*r) for r in rows]
 
     @_locked
     def measuring_seconds(self, evaluation: int) -> float:

@@ -28,6 +28,15 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.gpu import compute_processes, shared_gpu_error
 from compileiq_build.minimize import minimize
 from compileiq_build.pipeline import Proposals, run_search
+from compileiq_build.profile import (
+    COVER,
+    ProfileError,
+    attribute,
+    kernel_sources,
+    profile_run,
+    propose_groups,
+    table_lines,
+)
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
 from compileiq_build.selection import (
@@ -43,7 +52,7 @@ from compileiq_build.space import FlagSpace, Prober, build_space
 from compileiq_build.store import STORE, Store, open_store
 from compileiq_build.strategies import Candidate, Trial, make_strategy
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
-from compileiq_build.workers import LocalWorker, Worker, local_workers
+from compileiq_build.workers import BASELINE_SLOT, LocalWorker, Worker, local_workers
 
 
 @dataclass
@@ -65,6 +74,7 @@ class TuneOptions:
     allow_numerics_change: bool = False
     allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
     allow_shared_gpu: bool = False  # measure although another process holds the GPU
+    profile: bool = True  # profile each CUDA benchmark's baseline once with ncu (profile.py)
     max_stage: int = 3
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
@@ -200,6 +210,17 @@ class Tuner:
                 for warning in _numerics_checks(t.name, self.project.benchmarks_for(t.name)):
                     self.report.note(f"warning: {warning}")
         check_writable(self._output())
+        with self._store() as store:
+            try:
+                self.report.start([t.name for t in targets], self.options.budget)
+                with _stop_on_ctrl_c(self.report) as self.interrupt:
+                    return self._run(targets, store, command)
+            finally:
+                self.report.stop()
+
+    @contextmanager
+    def _store(self) -> Iterator[Store]:
+        """The build folder's store, this process alone on it (--fresh: emptied first)."""
         lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
         try:
             lock.acquire(timeout=0)
@@ -213,14 +234,41 @@ class Tuner:
                     store_path.with_name(store_path.name + suffix).unlink(missing_ok=True)
             store = open_store(self.build_dir)
             try:
-                self.report.start([t.name for t in targets], self.options.budget)
-                with _stop_on_ctrl_c(self.report) as self.interrupt:
-                    return self._run(targets, store, command)
+                yield store
             finally:
-                self.report.stop()
                 store.close()
         finally:
             lock.release()
+
+    def profile(self, command: str) -> list[str]:
+        """No search: profile the benchmarks of the chosen CUDA targets (stored, printed as the
+        search would) and return the groups the profiles suggest, as CMake lines."""
+        units = [t for t in select_targets(self.project, self.options.targets, bool(self.gpus))
+                 if "CUDA" in t.languages]
+        if not units:
+            raise CompileIQError("profile looks at CUDA targets, and none is chosen; name them "
+                                 "with --targets.")
+        with self._store() as store:
+            gpus = self._measuring_gpus()[:1]
+            self._check_gpus_free(gpus)
+            self.report.phase("configuring the baseline build tree")
+            (worker,) = local_workers(self.project, self.work, gpus, 1)
+            worker.baseline.configure(gpus[0].arch)
+            worker.baseline.write_flags({})
+            tree_project = worker.baseline.project
+            session = store.start_session(command, self._environment())
+            lines = []
+            for cmake in dict.fromkeys(u.cmake_target for u in units):
+                mine = [t for t in tree_project.targets if t.cmake_target == cmake]
+                benches = {b.index: b for u in mine for b in tree_project.benchmarks_for(u.name)}
+                evaluator = Evaluator(mine[0], sorted(benches.values(), key=lambda b: b.index), [worker],
+                                      store, session, self._sampling(), self._ninja_jobs(1), self.report)
+                evaluator.prepare_baseline()
+                self._profile(evaluator, worker, tree_project, session)
+                if proposed := propose_groups(store.kernel_times(cmake, evaluator.arch_keys), cmake):
+                    lines += [f"# groups of {cmake} that hold {COVER:.0%} of each benchmark's GPU time:",
+                              *proposed]
+            return lines
 
     def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
         cuda = any("CUDA" in t.languages for t in targets)
@@ -264,6 +312,8 @@ class Tuner:
                 report=self.report,
                 build_timeout=self.options.build_timeout)
             evaluator.prepare_baseline()
+            if "CUDA" in target.languages and self.options.profile and isinstance(active[0], LocalWorker):
+                self._profile(evaluator, active[0], tree_project, session)
             space = self._space(target, tree_project, arch)
             self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                              f"{space.size} configurations; strategy {self.options.strategy}")
@@ -282,6 +332,33 @@ class Tuner:
         write(output, render(result.winners, result.losers, self._provenance()))
         result.toolchain = output
         return result
+
+    def _profile(self, evaluator: Evaluator, worker: LocalWorker, tree_project: Project,
+                 session: int) -> None:
+        """Once per CMake target and benchmark: where the baseline's GPU time goes (profile.py),
+        stored and printed."""
+        unit, store = evaluator.target, evaluator.store
+        units = [t for t in tree_project.targets if t.cmake_target == unit.cmake_target]
+        done = {r.workload for r in store.kernel_times(unit.cmake_target, evaluator.arch_keys)}
+        todo = [b for b in evaluator.benchmarks if b.workload not in done]
+        sources = kernel_sources(worker.baseline.path, units) if todo else {}
+        for bench in todo:
+            self.report.phase(f"{unit.name}: profiling {bench.workload} with ncu (one baseline run)")
+            timeout = 20 * evaluator.baseline_wall.get(bench.workload, 60.0) + 120
+            try:
+                times = profile_run(bench, worker.executable(BASELINE_SLOT, bench), timeout, worker.env)
+            except ProfileError as exc:
+                self.report.note(f"{unit.name}: no kernel profile of {bench.workload}: {exc} "
+                                 "(--no-profile skips profiling)")
+                break  # the next benchmark would fail alike
+            store.add_kernel_times(session, unit.cmake_target, evaluator.arch_keys,
+                                   attribute(bench.workload, times, sources))
+        workloads = {b.workload for b in evaluator.benchmarks}
+        rows = [r for r in store.kernel_times(unit.cmake_target, evaluator.arch_keys)
+                if r.workload in workloads]
+        if rows:
+            self.report.note("\n".join([f"{unit.name}: where the baseline's GPU time goes (ncu):",
+                                        *table_lines(rows)]))
 
     def _output(self) -> Path:
         return self.options.output or (self.project.source_dir / DEFAULT_NAME)
@@ -508,3 +585,7 @@ def decision_note(decision: Winner | NoWinner, remeasured: Sequence[str]) -> str
 
 def tune(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> TuneResult:
     return Tuner(build_dir, options, reporter).run(command)
+
+
+def profile(build_dir: Path, options: TuneOptions, reporter: Reporter, command: str) -> list[str]:
+    return Tuner(build_dir, options, reporter).profile(command)

@@ -1,0 +1,60 @@
+"""Where the GPU time goes: kernels timed by ncu, mapped through the objects' SASS to the source
+files and groups of a tuned target, and the groups that suggests (profile.py)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from compileiq_build.profile import KernelTime, propose_groups, table_lines
+
+
+def _fixture(tmp_path: Path) -> Path:
+    dest = tmp_path / "cuda_groups_project"
+    shutil.copytree(FIXTURES / "cuda_groups_project", dest)
+    return dest
+
+
+def test_proposed_groups_hold_90_percent_of_each_benchmarks_time():
+    rows = [KernelTime("ops", "_Z1av", 0.80, 40, "scale.cu", "ops:scale"),
+            KernelTime("ops", "_Z1bv", 0.15, 4, "reduce.cu", "ops:rest"),
+            KernelTime("ops", "_Z1cv", 0.05, 2, "copy.cu", "ops:rest"),
+            KernelTime("other", "_Z1bv", 1.0, 9, "reduce.cu", "ops:rest")]
+    # ops needs scale.cu and reduce.cu for 90%, other reduce.cu alone: one group, as a source
+    # takes one group's flags.
+    assert propose_groups(rows, "ops") == [
+        "compileiq_tune(ops SOURCES reduce.cu scale.cu GROUP reduce)",
+        "#   measured by ops, other: add TARGETS ops:reduce to their registrations"]
+    assert propose_groups(rows[:3], "ops") == [
+        "compileiq_tune(ops SOURCES reduce.cu scale.cu GROUP scale)",
+        "#   measured by ops: add TARGETS ops:scale to its registration"]
+    lines = table_lines(rows, shown=2)
+    assert lines[0] == "  ops: 1000.000 ms of GPU time in 3 kernels"
+    assert re.match(r"^\s+80\.0%\s+40x\s+_Z1av\s+scale\.cu \(ops:scale\)$", lines[1])
+    assert re.match(r"^\s+5\.0%  in 1 other kernels$", lines[3])
+
+
+@pytest.mark.gpu
+def test_profile_maps_each_kernel_to_its_file_and_group(tmp_path, configure):
+    project = _fixture(tmp_path)
+    build = project / "build"
+    configure(project, build, "-DCMAKE_CUDA_ARCHITECTURES=90")
+    proc = subprocess.run([sys.executable, "-m", "compileiq_build", "profile", str(build)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stderr
+    scale = re.search(r"^\s+(\d+\.\d)%\s+80x\s+scale_kernel\(.*\)\s+scale\.cu \(ops:scale\)$", table, re.M)
+    assert scale and float(scale[1]) > 50, table
+    assert re.search(r"\s+8x\s+reduce_kernel.*reduce\.cu \(ops:rest\)$", table, re.M), table
+    assert re.search(r"\s+4x\s+copy_kernel.*copy\.cu \(ops:rest\)$", table, re.M), table
+    # Launches: each op runs twice (a warm-up, then timed), 40, 4 and 2 launches a pass.
+    assert "compileiq_tune(ops SOURCES " in proc.stdout and "GROUP " in proc.stdout
+    report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build)],
+                            capture_output=True, text=True)
+    assert "where the baseline's GPU time goes in ops (ncu):" in report.stdout
