@@ -12,13 +12,56 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.profile import KernelTime, propose_groups, table_lines
+from compileiq_build.profile import (
+    KernelTime,
+    ProfileError,
+    attribute,
+    kernel_sources,
+    parse_ncu_csv,
+    propose_groups,
+    table_lines,
+)
+from compileiq_build.project import load_manifest
 
 
 def _fixture(tmp_path: Path) -> Path:
     dest = tmp_path / "cuda_groups_project"
     shutil.copytree(FIXTURES / "cuda_groups_project", dest)
     return dest
+
+
+# tests/data/ncu_gpu_time.csv is in the layout `ncu --csv --print-units base` writes (one row per
+# kernel launch and metric, its log lines around it, thousands separators in values): written
+# from that layout, not captured on a GPU.
+DATA = Path(__file__).resolve().parent / "data"
+NCU_CSV = (DATA / "ncu_gpu_time.csv").read_text()
+
+
+def test_ncu_csv_sums_each_kernels_launches():
+    times = parse_ncu_csv(NCU_CSV)
+    assert times.keys() == {"_Z12scale_kernelPfPKfi", "_Z13reduce_kernelPfPKfi"}
+    assert times["_Z12scale_kernelPfPKfi"] == (pytest.approx(24_800e-9), 2)
+    assert times["_Z13reduce_kernelPfPKfi"] == (pytest.approx(9.6e-6), 1)
+    with pytest.raises(ProfileError, match=r"ncu reported no kernel: .*==ERROR== LibraryNotLoaded"):
+        parse_ncu_csv("==PROF== Connected to process 1\n==ERROR== LibraryNotLoaded\n")
+
+
+def test_each_kernel_is_found_in_the_object_of_its_source_and_group(tmp_path, configure, nvcc):
+    """Real nvcc builds (no GPU needed): the SASS of each object names its kernels."""
+    project = _fixture(tmp_path)
+    build = project / "build"
+    configure(project, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90",
+              "-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
+    configure.build(build, "ops")
+    units = list(load_manifest(build / "compileiq" / "manifest.json").targets)
+    sources = kernel_sources(build, units)
+    assert sources == {"_Z12scale_kernelPfPKfi": ("scale.cu", "ops:scale"),
+                       "_Z13reduce_kernelPfPKfi": ("reduce.cu", "ops:rest"),
+                       "_Z11copy_kernelPfPKfi": ("copy.cu", "ops:rest")}
+    rows = attribute("ops", parse_ncu_csv(NCU_CSV), sources)
+    assert [(r.kernel, r.launches, r.source, r.unit) for r in rows] == [
+        ("_Z12scale_kernelPfPKfi", 2, "scale.cu", "ops:scale"),
+        ("_Z13reduce_kernelPfPKfi", 1, "reduce.cu", "ops:rest")]
 
 
 def test_proposed_groups_hold_90_percent_of_each_benchmarks_time():
