@@ -58,14 +58,22 @@ class Target:
 def jit_warning(target: Target, gpu_arch: str) -> str:
     """Why device flags tuned here would not reach the project's own build of `target` on this
     GPU (its released binary carries no machine code for it, so the driver JIT-compiles PTX),
-    or '' when they would."""
-    numbers = {re.sub(r"-(real|virtual)$", "", a) for a in target.project_architectures}
-    if not numbers or not all(n[:1].isdigit() for n in numbers) or gpu_arch in numbers:
+    or '' when they would.  '90' and '90-real' carry sm_90 machine code ('90a' too, for the
+    same GPUs); '90-virtual' only PTX."""
+    archs = target.project_architectures
+    if not archs or not all(a[:1].isdigit() for a in archs):
+        return ""  # native is resolved by the module; all and all-major hold every real arch
+    real = {re.sub(r"[a-z]*(-real)?$", "", a) for a in archs if not a.endswith("-virtual")}
+    if gpu_arch in real:
         return ""
-    return (f"{target.name} is built for CUDA architecture(s) {', '.join(sorted(numbers))} by the project, "
-            f"not for this GPU's {gpu_arch}: on it the project's binary runs JIT-compiled PTX, and ptxas "
-            f"flags tuned here would not apply. While tuning it is compiled for {gpu_arch}-real; add "
-            f"{gpu_arch} to its CUDA_ARCHITECTURES so that the tuned flags reach your builds.")
+    numbers = sorted({re.sub(r"-(real|virtual)$", "", a) for a in archs})
+    only_ptx = gpu_arch in {re.sub(r"[a-z]*-virtual$", "", a) for a in archs if a.endswith("-virtual")}
+    built = (f"for CUDA architectures {', '.join(archs)}: {gpu_arch} only as PTX ({gpu_arch}-virtual)"
+             if only_ptx else f"for CUDA architecture(s) {', '.join(numbers)}, not for this GPU's {gpu_arch}")
+    return (f"{target.name} is built by the project {built}: on this GPU the project's binary runs "
+            f"JIT-compiled PTX, and ptxas flags tuned here would not apply. While tuning it is compiled "
+            f"for {gpu_arch}-real; add {gpu_arch}-real to its CUDA_ARCHITECTURES so that the tuned flags "
+            "reach your builds.")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,16 @@ def test_target_built_for_another_architecture_is_tuned_as_real_code_and_flagged
     configure(patterns / "target_arch_other", user, f"-DCMAKE_CUDA_COMPILER={nvcc}")
     target = load_manifest(user / "compileiq" / "manifest.json").targets[0]
     warning = jit_warning(target, "90")
-    assert "not for this GPU's 90: on it the project's binary runs JIT-compiled PTX" in warning
+    assert "for CUDA architecture(s) 75, not for this GPU's 90: on this GPU the project's binary runs " \
+           "JIT-compiled PTX" in warning
     assert jit_warning(target, "75") == ""
+    # ggml's default list for CUDA 13 holds sm_90 as PTX only.
+    ggml = replace(target, project_architectures=("75-virtual", "80-virtual", "86-real", "89-real",
+                                                  "90-virtual", "120a-real", "121a-real"))
+    assert "75-virtual, 80-virtual, 86-real, 89-real, 90-virtual, 120a-real, 121a-real: 90 only as PTX " \
+           "(90-virtual)" in jit_warning(ggml, "90")
+    for fine in (("90",), ("90-real", "90-virtual"), ("90a-real",), ("all-major",)):
+        assert jit_warning(replace(target, project_architectures=fine), "90") == ""
 
 
 def test_a_build_for_an_architecture_the_toolchain_file_lacks_says_so(patterns, configure, nvcc):
