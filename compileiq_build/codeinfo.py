@@ -217,6 +217,25 @@ def _features(counts: dict[tuple[str, str | None], Counter[str]],
     return features
 
 
+def hot_features(features: dict[str, float], kernels: set[str]) -> dict[str, float]:
+    """The features of these kernels (mangled names) alone, the `all:` totals over them: a
+    group's model then sees the code that takes the benchmarks' time.  Unchanged when none
+    of them is among the features (another architecture's labels, an empty profile)."""
+    labels = {_short(k) for k in kernels}
+    kept = {k: v for k, v in features.items() if k.split(":", 1)[0].split("@", 1)[0] in labels}
+    if not kept:
+        return features
+    totals: dict[str, float] = {}
+    for key, v in kept.items():
+        total = "all:" + key.split(":", 1)[1]
+        old = totals.get(total, 0.0)
+        totals[total] = max(old, v) if total == "all:registers" else old + v
+    if "all:registers" in totals:
+        totals["registers_max"] = totals["all:registers"]
+        totals["spill_bytes"] = totals.get("all:spill_bytes", 0.0)
+    return {**kept, **totals}
+
+
 def _short(name: str) -> str:
     """A mangled name as a stable, bounded feature name."""
     return name if len(name) < 60 else f"{name[:40]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"

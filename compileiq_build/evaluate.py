@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from compileiq_build.build import BuildResult
+from compileiq_build.codeinfo import hot_features
 from compileiq_build.errors import CompileIQError
 from compileiq_build.gpu import slowdowns
 from compileiq_build.measure import Run, coarse_values, compare_evidence
@@ -171,6 +172,7 @@ class Evaluator:
         self.evidence: dict[str, str | bytes | None] = {}
         self.baseline_digest = ""
         self.dedup_hits = 0
+        self.hot_kernels: set[str] = set()  # the profiled kernels of this target that take the time
         self._lock = threading.Lock()
 
     def _timeout(self, bench: Benchmark) -> float:
@@ -337,7 +339,10 @@ class Evaluator:
                 twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
                              if r.digest == digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
-        self.store.set_code(evaluation, digest, built.compiled.features, twin)
+        features = built.compiled.features
+        if self.hot_kernels:
+            features = hot_features(features, self.hot_kernels)
+        self.store.set_code(evaluation, digest, features, twin)
         return twin
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,

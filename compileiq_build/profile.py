@@ -29,6 +29,7 @@ from compileiq_build.project import Benchmark, Target, c_identifier
 METRIC = "gpu__time_duration.sum"
 COVER = 0.9  # a proposed group holds this share of its benchmark's GPU time
 SHOWN = 8  # kernels per benchmark in the printed table
+HOT = 0.01  # a kernel with this share of a benchmark's GPU time is one the model's features describe
 _SECONDS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
             "second": 1.0, "s": 1.0}
 
@@ -123,6 +124,14 @@ def attribute(workload: str, times: Mapping[str, tuple[float, int]],
     """The profile as rows, most time first."""
     rows = [KernelTime(workload, k, s, n, *sources.get(k, ("", ""))) for k, (s, n) in times.items()]
     return sorted(rows, key=lambda r: -r.seconds)
+
+
+def hot_kernels(rows: Sequence[KernelTime], unit: str, share: float = HOT) -> set[str]:
+    """The kernels of `unit` that take at least `share` of some benchmark's GPU time."""
+    totals: dict[str, float] = {}
+    for r in rows:
+        totals[r.workload] = totals.get(r.workload, 0.0) + r.seconds
+    return {r.kernel for r in rows if r.unit == unit and r.seconds >= share * (totals[r.workload] or 1.0)}
 
 
 def table_lines(rows: Sequence[KernelTime], shown: int = SHOWN) -> list[str]:

@@ -32,6 +32,7 @@ from compileiq_build.profile import (
     COVER,
     ProfileError,
     attribute,
+    hot_kernels,
     kernel_sources,
     profile_run,
     propose_groups,
@@ -359,6 +360,7 @@ class Tuner:
         if rows:
             self.report.note("\n".join([f"{unit.name}: where the baseline's GPU time goes (ncu):",
                                         *table_lines(rows)]))
+        evaluator.hot_kernels = hot_kernels(rows, unit.name)
 
     def _output(self) -> Path:
         return self.options.output or (self.project.source_dir / DEFAULT_NAME)

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from compileiq_build.codeinfo import code_features, hot_features, object_files
 from compileiq_build.profile import (
     KernelTime,
     ProfileError,
     attribute,
+    hot_kernels,
     kernel_sources,
     parse_ncu_csv,
     propose_groups,
@@ -101,3 +103,25 @@ def test_profile_maps_each_kernel_to_its_file_and_group(tmp_path, configure):
     report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build)],
                             capture_output=True, text=True)
     assert "where the baseline's GPU time goes in ops (ncu):" in report.stdout
+
+
+def test_a_groups_features_are_those_of_its_hot_kernels(tmp_path, configure, nvcc):
+    """The model of a group sees the kernels that take the time: the SASS features of the
+    others, and their share of the totals, are left out (real nvcc builds)."""
+    project = _fixture(tmp_path)
+    build = project / "build"
+    configure(project, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90",
+              "-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
+    configure.build(build, "ops")
+    rest = load_manifest(build / "compileiq" / "manifest.json").target("ops:rest")
+    features = code_features(object_files(build, "ops", rest.sources), "")
+    rows = [KernelTime("ops", "_Z13reduce_kernelPfPKfi", 0.20, 8, "reduce.cu", "ops:rest"),
+            KernelTime("ops", "_Z11copy_kernelPfPKfi", 0.001, 4, "copy.cu", "ops:rest"),
+            KernelTime("ops", "_Z12scale_kernelPfPKfi", 0.80, 80, "scale.cu", "ops:scale")]
+    hot = hot_kernels(rows, "ops:rest")
+    assert hot == {"_Z13reduce_kernelPfPKfi"}  # copy takes 0.1%, scale is another group's
+    kept = hot_features(features, hot)
+    assert {k.split(":")[0] for k in kept} == {"_Z13reduce_kernelPfPKfi", "all"}
+    assert kept["all:instructions"] == features["_Z13reduce_kernelPfPKfi:instructions"]
+    assert features["all:instructions"] > kept["all:instructions"]
+    assert kept["all:lds"] > 0  # the reduction's shared-memory loads
