@@ -14,8 +14,9 @@ _FIXES = {
     "c++": "install a C++ compiler, e.g. apt-get install g++",
     "cuobjdump": "python -m pip install nvidia-cuda-cuobjdump (machine-code dedup of CUDA candidates)",
     "nvdisasm": "python -m pip install nvidia-cuda-nvdisasm (machine-code dedup of CUDA candidates)",
+    "ncu": "install Nsight Compute, part of the CUDA toolkit (where the GPU time goes; tune goes on without)",
 }
-_OPTIONAL = ("nvcc", "cuobjdump", "nvdisasm")
+_OPTIONAL = ("nvcc", "cuobjdump", "nvdisasm", "ncu")
 
 
 def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
@@ -42,7 +43,7 @@ def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
 def doctor(build_dir: Path | None = None) -> tuple[str, bool]:
     lines = [f"compileiq_build {__version__}", f"CMake module: {cmake_dir()}"]
     ok = True
-    for name in ("cmake", "ninja", "nvcc", "c++", "cuobjdump", "nvdisasm"):
+    for name in ("cmake", "ninja", "nvcc", "c++", "cuobjdump", "nvdisasm", "ncu"):
         path = environment.find_tool(name)
         version = environment.tool_version(path)
         if version:

@@ -102,7 +102,7 @@ def find_tool(name: str) -> str | None:
     except (ImportError, AttributeError):
         path = None
     path = path or shutil.which(name)
-    if not path and name in ("nvcc", "cuobjdump", "nvdisasm"):
+    if not path and name in ("nvcc", "cuobjdump", "nvdisasm", "ncu", "cu++filt"):
         # Where CMake looks for the toolkit, then NVIDIA's PyPI wheels (nvidia/cu*/bin).
         roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
         try:
@@ -114,6 +114,13 @@ def find_tool(name: str) -> str | None:
         for root in filter(None, roots):
             if found := shutil.which(name, path=os.path.join(root, "bin")):
                 return found
+        if name == "ncu":  # Nsight Compute's own installs, newest first
+            def version(folder: Path) -> list[int]:
+                return [int(x) if x.isdigit() else -1 for x in folder.name.split(".")]
+
+            for folder in sorted(Path("/opt/nvidia/nsight-compute").glob("*"), key=version, reverse=True):
+                if found := shutil.which(name, path=str(folder)):
+                    return found
     return path
 
 
@@ -126,5 +133,5 @@ def tool_version(tool: str | None) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    nvidia = Path(tool).name in ("nvcc", "cuobjdump", "nvdisasm")  # their last line is the build
+    nvidia = Path(tool).name in ("nvcc", "cuobjdump", "nvdisasm", "ncu")  # their last line is the build
     return lines[-1] if nvidia and lines else (lines[0] if lines else "")
