@@ -49,7 +49,8 @@ def test_ncu_csv_sums_each_kernels_launches():
 
 
 def test_each_kernel_is_found_in_the_object_of_its_source_and_group(tmp_path, configure, nvcc):
-    """Real nvcc builds (no GPU needed): the SASS of each object names its kernels."""
+    """Real nvcc builds (no GPU needed): the SASS of each object names its kernels, and a
+    group's features are those of its hot kernels."""
     project = _fixture(tmp_path)
     build = project / "build"
     configure(project, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90",
@@ -65,12 +66,27 @@ def test_each_kernel_is_found_in_the_object_of_its_source_and_group(tmp_path, co
         ("_Z12scale_kernelPfPKfi", 2, "scale.cu", "ops:scale"),
         ("_Z13reduce_kernelPfPKfi", 1, "reduce.cu", "ops:rest")]
 
+    # The model of a group sees the kernels that take the time: the SASS features of the
+    # others, and their share of the totals, are left out.
+    rest = next(u for u in units if u.name == "ops:rest")
+    features = code_features(object_files(build, "ops", rest.sources), "")
+    rows = [KernelTime("ops", "_Z13reduce_kernelPfPKfi", 0.20, 8, "reduce.cu", "ops:rest"),
+            KernelTime("ops", "_Z11copy_kernelPfPKfi", 0.001, 4, "copy.cu", "ops:rest"),
+            KernelTime("ops", "_Z12scale_kernelPfPKfi", 0.80, 80, "scale.cu", "ops:scale")]
+    hot = hot_kernels(rows, "ops:rest")
+    assert hot == {"_Z13reduce_kernelPfPKfi"}  # copy takes 0.1%, scale is another group's
+    kept = hot_features(features, hot)
+    assert {k.split(":")[0] for k in kept} == {"_Z13reduce_kernelPfPKfi", "all"}
+    assert kept["all:instructions"] == features["_Z13reduce_kernelPfPKfi:instructions"]
+    assert features["all:instructions"] > kept["all:instructions"]
+    assert kept["all:lds"] > 0  # the reduction's shared-memory loads
+
 
 def test_proposed_groups_hold_90_percent_of_each_benchmarks_time():
-    rows = [KernelTime("ops", "_Z1av", 0.80, 40, "scale.cu", "ops:scale"),
-            KernelTime("ops", "_Z1bv", 0.15, 4, "reduce.cu", "ops:rest"),
-            KernelTime("ops", "_Z1cv", 0.05, 2, "copy.cu", "ops:rest"),
-            KernelTime("other", "_Z1bv", 1.0, 9, "reduce.cu", "ops:rest")]
+    rows = [KernelTime("ops", "ka", 0.80, 40, "scale.cu", "ops:scale"),
+            KernelTime("ops", "kb", 0.15, 4, "reduce.cu", "ops:rest"),
+            KernelTime("ops", "kc", 0.05, 2, "copy.cu", "ops:rest"),
+            KernelTime("other", "kb", 1.0, 9, "reduce.cu", "ops:rest")]
     # ops needs scale.cu and reduce.cu for 90%, other reduce.cu alone: one group, as a source
     # takes one group's flags.
     assert propose_groups(rows, "ops") == [
@@ -81,7 +97,7 @@ def test_proposed_groups_hold_90_percent_of_each_benchmarks_time():
         "#   measured by ops: add TARGETS ops:scale to its registration"]
     lines = table_lines(rows, shown=2)
     assert lines[0] == "  ops: 1000.000 ms of GPU time in 3 kernels"
-    assert re.match(r"^\s+80\.0%\s+40x\s+_Z1av\s+scale\.cu \(ops:scale\)$", lines[1])
+    assert re.match(r"^\s+80\.0%\s+40x\s+ka\s+scale\.cu \(ops:scale\)$", lines[1])
     assert re.match(r"^\s+5\.0%  in 1 other kernels$", lines[3])
 
 
@@ -103,25 +119,3 @@ def test_profile_maps_each_kernel_to_its_file_and_group(tmp_path, configure):
     report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build)],
                             capture_output=True, text=True)
     assert "where the baseline's GPU time goes in ops (ncu):" in report.stdout
-
-
-def test_a_groups_features_are_those_of_its_hot_kernels(tmp_path, configure, nvcc):
-    """The model of a group sees the kernels that take the time: the SASS features of the
-    others, and their share of the totals, are left out (real nvcc builds)."""
-    project = _fixture(tmp_path)
-    build = project / "build"
-    configure(project, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90",
-              "-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
-    configure.build(build, "ops")
-    rest = load_manifest(build / "compileiq" / "manifest.json").target("ops:rest")
-    features = code_features(object_files(build, "ops", rest.sources), "")
-    rows = [KernelTime("ops", "_Z13reduce_kernelPfPKfi", 0.20, 8, "reduce.cu", "ops:rest"),
-            KernelTime("ops", "_Z11copy_kernelPfPKfi", 0.001, 4, "copy.cu", "ops:rest"),
-            KernelTime("ops", "_Z12scale_kernelPfPKfi", 0.80, 80, "scale.cu", "ops:scale")]
-    hot = hot_kernels(rows, "ops:rest")
-    assert hot == {"_Z13reduce_kernelPfPKfi"}  # copy takes 0.1%, scale is another group's
-    kept = hot_features(features, hot)
-    assert {k.split(":")[0] for k in kept} == {"_Z13reduce_kernelPfPKfi", "all"}
-    assert kept["all:instructions"] == features["_Z13reduce_kernelPfPKfi:instructions"]
-    assert features["all:instructions"] > kept["all:instructions"]
-    assert kept["all:lds"] > 0  # the reduction's shared-memory loads
