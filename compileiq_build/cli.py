@@ -141,6 +141,10 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--allow-host-specific", action="store_true",
                    help="also try options tied to this machine's CPU (-march=native): the binaries "
                    "then run only on CPUs like this one, and the toolchain file says so")
+    p.add_argument("--compile-ahead", type=int, default=3, metavar="N",
+                   help="CUDA targets: while the GPU measures, compile up to N configurations per "
+                   "evaluation of the budget ahead, for their machine code and features (default 3; "
+                   "0: off)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")
     p.add_argument("--allow-shared-gpu", action="store_true",
@@ -171,7 +175,8 @@ def _tune_options(args: argparse.Namespace):
         jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
-        allow_shared_gpu=args.allow_shared_gpu, profile=args.profile, fresh=args.fresh, seed=args.seed)
+        allow_shared_gpu=args.allow_shared_gpu, profile=args.profile, compile_ahead=args.compile_ahead,
+        fresh=args.fresh, seed=args.seed)
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:

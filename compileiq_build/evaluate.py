@@ -51,8 +51,8 @@ from compileiq_build.project import Benchmark, Target
 from compileiq_build.selection import FINALISTS, SAME_AS_BASELINE, Outcome, finalists, outcomes, summarize
 from compileiq_build.space import config_key
 from compileiq_build.stats import geometric_mean, ratio_estimate
-from compileiq_build.store import BUILD_FAILED, INVALID, MEASURED, EvaluationRow, Store
-from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker
+from compileiq_build.store import BUILD_FAILED, COMPILED, INVALID, MEASURED, SCOUT, EvaluationRow, Store
+from compileiq_build.workers import BASELINE_SLOT, SCOUT_SLOT, Compiled, Worker
 
 # A candidate this much slower on its first pairs is not measured further.
 HOPELESS_RATIO = 1.5
@@ -234,6 +234,24 @@ class Evaluator:
                 "depend on the CompileIQ flags file. Please report this with the project's CMakeLists.txt.")
         return Built(worker, compiled, started)
 
+    def scout(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]], strategy: str,
+              worker: Worker) -> str:
+        """Compile a configuration ahead in the worker's scout tree, the target alone (no
+        executable linked), and record its code and features (phase scout): the strategy knows
+        them before it chooses what to measure.  Returns the digest ('' when it did not build)."""
+        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
+        row = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys, config_key(config),
+                                          config, flags, strategy, SCOUT, worker=worker.name)
+        compiled = worker.build(SCOUT_SLOT, self.target.name, flags, [self.target.cmake_target], timeout,
+                                self.jobs)
+        if not compiled.result.ok:
+            self.store.finish_evaluation(row, BUILD_FAILED, _last_lines(compiled.result.log),
+                                         compiled.result.seconds)
+            return ""
+        self.store.set_code(row, compiled.digest, self._features(compiled), None)
+        self.store.finish_evaluation(row, COMPILED, "", compiled.result.seconds)
+        return compiled.digest
+
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
                  sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None,
@@ -339,11 +357,12 @@ class Evaluator:
                 twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
                              if r.digest == digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
-        features = built.compiled.features
-        if self.hot_kernels:
-            features = hot_features(features, self.hot_kernels)
-        self.store.set_code(evaluation, digest, features, twin)
+        self.store.set_code(evaluation, digest, self._features(built.compiled), twin)
         return twin
+
+    def _features(self, compiled: Compiled) -> dict[str, float]:
+        """What the model sees of a build: the features of the profiled hot kernels, where known."""
+        return hot_features(compiled.features, self.hot_kernels) if self.hot_kernels else compiled.features
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
                  built: Built, race: Race | None, earlier: Costs | None = None) -> tuple[str, Costs]:

@@ -7,6 +7,12 @@ a worker compiles a batch, then measures it: compilers would disturb CPU benchma
 Proposals are made one at a time under a lock; the candidates still in flight reach the
 strategy as pending trials (with their machine code once compiled), so strategies stay
 stateless and a resumed run continues where it stopped.
+
+Compiling ahead (GPU targets, a strategy with `scout`): while the GPUs measure, one more build
+tree compiles the configurations the strategy names next, one at a time, up to
+`compile_ahead` per evaluation of the budget.  Each is stored with its machine code and
+compile-time features (phase scout) and reaches the strategy as a known candidate: its code
+may be one measured already (no GPU time then), and the model predicts it from its features.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from compileiq_build.workers import Worker
 # Candidates compiled per evaluation of the budget, at most: most flag combinations compile to
 # machine code already measured, and those cost no GPU time.
 CANDIDATES_PER_EVALUATION = 10
+AHEAD_POLL_S = 2.0  # how often compiling ahead asks again when the strategy named nothing
 
 
 class Proposals:
@@ -37,7 +44,8 @@ class Proposals:
 
     def __init__(self, strategy: Strategy, space: FlagSpace,
                  history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
-                 halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None) -> None:
+                 halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None,
+                 compile_ahead: int = 0) -> None:
         self.strategy = strategy
         self.space = space
         self.history = history  # the search so far, from the store: trials, and the compiled candidates
@@ -47,6 +55,8 @@ class Proposals:
         self.baseline_code = baseline_code
         self.in_flight: dict[str, tuple[Proposal, str]] = {}  # key -> (proposal, code once compiled)
         self.finished = ""  # why the search ended, once it has
+        self.ahead_limit = compile_ahead * budget  # configurations compiled ahead, at most
+        self.ahead: dict[str, str] = {}  # compiled ahead in this run: key -> code ('' did not build)
         self._cond = threading.Condition()
 
     def context(self) -> Context:
@@ -91,6 +101,38 @@ class Proposals:
                     return None
                 self._cond.wait()
             return None
+
+    def next_ahead(self) -> Config | None:
+        """The next configuration to compile ahead, or None (no `scout`, nothing to name, done)."""
+        scout = getattr(self.strategy, "scout", None)
+        with self._cond:
+            if scout is None or self.finished or self.halt() or len(self.ahead) >= self.ahead_limit:
+                return None
+            context = self.context()
+        for config in scout(context, 1 + len(self.in_flight)):
+            key = config_key(config)
+            if key not in self.in_flight and key not in self.ahead:
+                return config
+        return None
+
+    def compiled_ahead(self, config: Config, code: str) -> None:
+        with self._cond:
+            self.ahead[config_key(config)] = code
+            self._cond.notify_all()  # a worker waiting for news may propose now
+
+    def ahead_open(self) -> bool:
+        return not self.finished and len(self.ahead) < self.ahead_limit
+
+    def close_ahead(self) -> None:
+        with self._cond:
+            self.ahead_limit = 0
+            self._cond.notify_all()
+
+    def wait(self, seconds: float) -> None:
+        """Until something changes (a result, a compile ahead), at most `seconds`."""
+        with self._cond:
+            if self.ahead_open():
+                self._cond.wait(seconds)
 
     def compiled(self, config: Config, code: str) -> None:
         """A candidate in flight was compiled: its code is known before it is measured."""
@@ -168,12 +210,32 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
             proposals.abort(f"{worker.name} failed: {exc}")
             raise
 
+    def ahead(worker: Worker) -> None:
+        """Compile what the strategy names next in the worker's scout tree, until the search ends."""
+        try:
+            while proposals.ahead_open():
+                if (config := proposals.next_ahead()) is None:
+                    proposals.wait(AHEAD_POLL_S)  # results change what it names
+                    continue
+                code = evaluator.scout(config, space.flags(config), strategy.name, worker)
+                proposals.compiled_ahead(config, code)
+        except Exception as exc:  # advisory: the search goes on without it
+            report.note(f"{name}: compiling ahead stopped: {exc}")
+
+    scout = next((w for w in workers if getattr(w, "scout", None) is not None), None)
+    scouting = None
+    if overlap and scout is not None and proposals.ahead_limit:
+        scouting = threading.Thread(target=ahead, args=(scout,), name="compile-ahead", daemon=True)
+        scouting.start()
     with ThreadPoolExecutor(max(1, len(workers) - 1), thread_name_prefix="worker") as others:
         futures = [others.submit(guarded, w) for w in workers[1:]]
         try:
             guarded(workers[0])
         finally:
             errors = [f.exception() for f in futures]
+            proposals.close_ahead()  # the search is over: the compile ahead in progress is its last
+            if scouting is not None:
+                scouting.join()
     for error in errors:
         if error is not None:
             raise error

@@ -70,6 +70,8 @@ _MIGRATIONS = {
 # Evaluation status values.
 RUNNING, MEASURED, BUILD_FAILED, INVALID, INTERRUPTED = (
     "running", "measured", "build_failed", "invalid", "interrupted")
+COMPILED = "compiled"  # phase scout: compiled ahead for its code and features, not measured
+SCOUT = "scout"  # the phase of configurations compiled ahead (pipeline.py)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from compileiq_build.selection import (
     pending_validation,
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
-from compileiq_build.store import STORE, Store, open_store
+from compileiq_build.store import COMPILED, SCOUT, STORE, Store, open_store
 from compileiq_build.strategies import Candidate, Trial, make_strategy
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
 from compileiq_build.workers import BASELINE_SLOT, LocalWorker, Worker, local_workers
@@ -76,6 +76,7 @@ class TuneOptions:
     allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
     allow_shared_gpu: bool = False  # measure although another process holds the GPU
     profile: bool = True  # profile each CUDA benchmark's baseline once with ncu (profile.py)
+    compile_ahead: int = 3  # CUDA: configurations compiled ahead per evaluation of the budget (pipeline.py)
     max_stage: int = 3
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
@@ -282,7 +283,8 @@ class Tuner:
                 self._check_gpus_free(gpus)
                 arch = gpus[0].arch if gpus else ""
                 slots = max(1, self._parallel() // max(1, len(gpus)))
-                local = local_workers(self.project, self.work, gpus, slots)
+                local = local_workers(self.project, self.work, gpus, slots,
+                                      scout=cuda and self.options.compile_ahead > 0)
                 tree_project = self._configure(local, arch)
                 workers = list(local)
             if len(workers) > 1:
@@ -415,7 +417,7 @@ class Tuner:
 
     def _configure(self, workers: Sequence[LocalWorker], arch: str) -> Project:
         """Configure every build tree at once; returns the tuning trees' project."""
-        trees = [workers[0].baseline, *(t for w in workers for t in w.trees)]
+        trees = [workers[0].baseline, *(t for w in workers for t in w.all_trees[1:])]
         with ThreadPoolExecutor(len(trees)) as pool:
             list(pool.map(lambda tree: tree.configure(arch), trees))
         for worker in workers:
@@ -460,11 +462,14 @@ class Tuner:
     def _history(evaluator: Evaluator, target: str | None = None) -> tuple[list[Trial], list[Candidate]]:
         """The search so far: its trials, and every compiled candidate with its code and
         compile-time features (the model fits on those, measured or not)."""
-        found = outcomes(evaluator.store, target or evaluator.target.name, evaluator.arch_keys, "search")
+        name = target or evaluator.target.name
+        found = outcomes(evaluator.store, name, evaluator.arch_keys, "search")
         trials = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest,
                         phase=o.evaluation.proposed_by) for o in found]
-        known = [Candidate(o.evaluation.config, o.evaluation.digest, o.evaluation.features or {})
-                 for o in found if o.evaluation.digest]
+        ahead = [r for r in evaluator.store.evaluations(name, evaluator.arch_keys, SCOUT)
+                 if r.status == COMPILED and r.digest]
+        known = [Candidate(r.config, r.digest, r.features or {})
+                 for r in [*(o.evaluation for o in found), *ahead] if r.digest]
         return trials, known
 
     @staticmethod
@@ -505,12 +510,18 @@ class Tuner:
                              "of other targets in the store")
         strategy = make_strategy(self.options.strategy, self.options.seed, prior)
         proposals = Proposals(strategy, space, lambda: self._history(evaluator), self.options.budget, halt,
-                              evaluator.baseline_digest, self.options.max_candidates)
+                              evaluator.baseline_digest, self.options.max_candidates,
+                              self.options.compile_ahead)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,
                    overlap="CUDA" in evaluator.target.languages)
         self.check_interrupt()
         self.report.note(f"{evaluator.target.name}: {proposals.finished}")
+        if ahead := proposals.ahead:
+            codes = [c for c in ahead.values() if c]
+            self.report.note(f"{evaluator.target.name}: {len(ahead)} configurations compiled ahead, "
+                             f"{len(set(codes))} distinct machine codes "
+                             f"({len(ahead) - len(codes)} did not build)")
 
     def _sampling(self) -> Sampling:
         o = self.options

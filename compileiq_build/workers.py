@@ -24,6 +24,7 @@ from compileiq_build.measure import Run, Sample, resolve_format, run_workload
 from compileiq_build.project import Benchmark, Project
 
 BASELINE_SLOT = -1
+SCOUT_SLOT = -2  # the tree that compiles configurations ahead, never measured (pipeline.py)
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,11 @@ class LocalWorker:
     """Build trees on this host, benchmarks on one GPU (or on the CPU: `gpu` None)."""
 
     def __init__(self, name: str, baseline: BuildTree, trees: Sequence[BuildTree],
-                 gpu: Gpu | None = None) -> None:
+                 gpu: Gpu | None = None, scout: BuildTree | None = None) -> None:
         self.name = name
         self.baseline = baseline
         self.trees = list(trees)
+        self.scout = scout
         self.gpu = gpu
         # The GPU by UUID: immune to CUDA_VISIBLE_DEVICES renumbering and to PCI order.
         self.env = {"CUDA_VISIBLE_DEVICES": gpu.uuid} if gpu else {}
@@ -71,17 +73,23 @@ class LocalWorker:
         return len(self.trees)
 
     def _tree(self, slot: int) -> BuildTree:
+        if slot == SCOUT_SLOT and self.scout is not None:
+            return self.scout
         return self.baseline if slot == BASELINE_SLOT else self.trees[slot]
 
+    @property
+    def all_trees(self) -> list[BuildTree]:
+        return [self.baseline, *self.trees, *([self.scout] if self.scout else [])]
+
     def configure(self, arch: str) -> Project:
-        for tree in (self.baseline, *self.trees):
+        for tree in self.all_trees:
             tree.configure(arch)
             tree.write_flags({})
         return self.baseline.project
 
     def reset(self) -> None:
         """Every tree back to the project's own flags."""
-        for tree in (self.baseline, *self.trees):
+        for tree in self.all_trees:
             tree.write_flags({})
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
@@ -120,13 +128,16 @@ class LocalWorker:
         return run_workload(bench, exe, timeout, env=self.env, monitor=self.monitor)
 
 
-def local_workers(project: Project, work: Path, gpus: Sequence[Gpu], slots: int) -> list[LocalWorker]:
+def local_workers(project: Project, work: Path, gpus: Sequence[Gpu], slots: int,
+                  scout: bool = False) -> list[LocalWorker]:
     """One worker per GPU (one for the CPU when `gpus` is empty), sharing one baseline tree,
-    each with `slots` candidate trees of its own."""
+    each with `slots` candidate trees of its own; with `scout`, the first also has a tree that
+    compiles configurations ahead."""
     baseline = BuildTree(project, work / "baseline")
     devices: Sequence[Gpu | None] = list(gpus) or [None]
     workers = []
     for i, gpu in enumerate(devices):
         trees = [BuildTree(project, work / f"candidate-{i * slots + s}") for s in range(slots)]
-        workers.append(LocalWorker(f"gpu{gpu.index}" if gpu else "cpu", baseline, trees, gpu))
+        ahead = BuildTree(project, work / "scout") if scout and i == 0 else None
+        workers.append(LocalWorker(f"gpu{gpu.index}" if gpu else "cpu", baseline, trees, gpu, ahead))
     return workers

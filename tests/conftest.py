@@ -95,17 +95,19 @@ def compile_commands(build: Path) -> dict[str, str]:
 
 
 def cxx_evaluator(project_dir: Path, configure: Configure, workers_slots: list[int],
-                  report: Reporter | None = None) -> tuple[Evaluator, Store]:
+                  report: Reporter | None = None, scout: bool = False) -> tuple[Evaluator, Store]:
     """The C++ fixture configured, with one local worker per entry of `workers_slots` (that many
-    candidate trees each), its baseline built and run: ready to evaluate candidates of `saxpy`."""
+    candidate trees each; with `scout` the first also compiles ahead), its baseline built and
+    run: ready to evaluate candidates of `saxpy`."""
     build = project_dir / "build"
     configure(project_dir, build)
     project = load_project(build)
     work = build / "compileiq" / "work"
     baseline = BuildTree(project, work / "baseline")
-    workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)])
+    workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)],
+                           scout=BuildTree(project, work / "scout") if scout and i == 0 else None)
                for i, slots in enumerate(workers_slots)]
-    trees = [baseline, *(t for w in workers for t in w.trees)]
+    trees = [baseline, *(t for w in workers for t in w.all_trees[1:])]
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda t: t.configure(""), trees))
     for w in workers:

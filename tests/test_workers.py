@@ -21,7 +21,9 @@ from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
 from compileiq_build.space import Dimension, FlagSpace, config_key
-from compileiq_build.strategies import Exhaustive, RandomSearch, Trial
+from compileiq_build.store import COMPILED, SCOUT
+from compileiq_build.strategies import Candidate, Context, Exhaustive, RandomSearch, Trial
+from compileiq_build.strategies.model import ModelGuided, screening_moves
 from compileiq_build.tune import TuneOptions, Tuner
 from compileiq_build.workers import LocalWorker
 
@@ -153,3 +155,45 @@ def test_an_unreachable_ray_cluster_is_a_clear_error(cxx_project, configure):
                            "--ray", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no Ray cluster answers at 127.0.0.1:1" in proc.stderr
+
+
+def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_project, configure):
+    """While the worker measures, its scout tree compiles what the model names next (real g++
+    builds): stored with their code (phase scout), known to the strategy before it measures
+    them, never measured from that tree, and never more than compile_ahead x budget."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
+    strategy = ModelGuided()
+    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=3, halt=lambda: "",
+                          compile_ahead=2)
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    ahead = store.evaluations("saxpy", phase=SCOUT)
+    assert 1 <= len(ahead) <= 6 and len(proposals.ahead) == len(ahead)
+    assert all(r.status == COMPILED and r.digest and not store.samples(r.id) for r in ahead)
+    # The first named are screening moves, in the order the search proposes them; then the
+    # model's picks.
+    moves = [config_key(m) for m in screening_moves(SPACE)]
+    keys = [r.config_key for r in ahead]
+    screened = [k for k in keys if k in moves]
+    assert keys[:len(screened)] == screened == sorted(screened, key=moves.index)
+    _, known = Tuner._history(evaluator)
+    assert {r.config_key for r in ahead} <= {config_key(SPACE.full_config(c.config)) for c in known}
+    # A configuration compiled ahead and measured later has one code in both trees.
+    measured = {r.config_key: r.digest for r in store.evaluations("saxpy", phase="search") if r.digest}
+    assert all(measured[r.config_key] == r.digest for r in ahead if r.config_key in measured)
+    store.close()
+
+
+def test_the_model_names_the_screening_moves_to_come_then_its_best_bounds():
+    strategy = ModelGuided()
+    moves = screening_moves(SPACE)
+    assert strategy.scout(Context(SPACE, budget=10), 2) == moves[:2]
+    # A move whose code is known is not named again; one measured is not either.
+    known = [Candidate(moves[0], "code-a")]
+    history = [Trial(moves[1], 0.5, True, code="code-b")]
+    assert strategy.scout(Context(SPACE, history, known, budget=10), 1) == [moves[2]]
+    # Screening over (half the budget spent): the untried configurations of unknown code.
+    spent = [Trial(m, 0.9, True, code=f"c{i}") for i, m in enumerate(moves)]
+    named = strategy.scout(Context(SPACE, spent, budget=4), 3)
+    tried = {config_key(SPACE.full_config(m)) for m in moves}
+    assert named and all(config_key(SPACE.full_config(c)) not in tried for c in named)
+    assert strategy.scout(Context(SPACE, spent, closed=True, budget=4), 3) == []

@@ -136,6 +136,9 @@ class Context:
 
 
 class Strategy(Protocol):
+    """A strategy may also name configurations to compile ahead while the GPU measures:
+    `scout(context, count) -> list[Config]` (pipeline.py); those without it are not."""
+
     name: str
 
     def propose(self, context: Context) -> Proposal | Stop: ...

@@ -21,6 +21,11 @@ Each proposal names its phase, for the log:
 - **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
   deviations).
 
+While the GPU measures, `scout` names what to compile ahead: the screening moves to come, then
+the untried configurations of lowest bound whose code is unknown.  Their codes and features
+arrive as known candidates: a move whose code was measured costs nothing, and the process
+predicts the others from their code.
+
 The model of log(cost ratio) has two parts.  Additive effects of every option value (Bayesian
 ridge regression on one-hot values: a value never measured keeps its prior spread, so the
 bound explores it where it could pay) and a Gaussian process fitted to what the effects miss
@@ -165,6 +170,25 @@ class ModelGuided:
                         f"({1 / best:.3f}x) by more than {what} ({100 * noise:.2f}%)")
         return Proposal(pool[choice], "model")
 
+    def scout(self, context: Context, count: int) -> list[Config]:
+        """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
+        compile-time features inform the choice before they are measured: while screening, the
+        moves to come; then the untried configurations of lowest bound whose code is unknown."""
+        known = set(context.codes)
+        if context.closed:
+            return []
+        if _screening(context):
+            moves = [m for m in screening_moves(context.space)
+                     if context.fresh(m) and config_key(m) not in known]
+            if moves:
+                return moves[:count]
+        rng = random.Random(f"{self.seed}:ahead:{len(context.history)}:{len(context.known)}")
+        pool = [c for c in self._pool(context, rng) if config_key(c) not in known]
+        if not pool:
+            return []
+        mean, std = self._predict(context, [], pool)
+        return [pool[i] for i in np.argsort(mean - self.kappa * std, kind="stable")[:count]]
+
     # -- phases -------------------------------------------------------------------
     def _transfer(self, context: Context, prior: Sequence[tuple[Config, Trial]]) -> Config | None:
         """Other targets' best configurations first, while what was taken from them holds up."""
@@ -178,7 +202,7 @@ class ModelGuided:
         return None
 
     def _screen(self, context: Context) -> Config | None:
-        if context.budget is not None and context.spent >= math.ceil(SCREEN_SHARE * context.budget):
+        if not _screening(context):
             return None
         available = context.choices() if context.closed else None
         for move in screening_moves(context.space):
@@ -278,6 +302,11 @@ class ModelGuided:
         candidates = [i for i, c in enumerate(pool)
                       if len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
         return min(candidates, key=lambda i: bound[i]) if candidates else None
+
+
+def _screening(context: Context) -> bool:
+    """Screening may still spend evaluations (SCREEN_SHARE of the budget)."""
+    return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
 
 
 def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray) -> int | None:
