@@ -173,25 +173,39 @@ class Measurements:
 
 
 def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget: int, seed: int,
-             prior: list[Trial] | None = None) -> list[float]:
-    """Times measured, in order, by one of our strategies choosing among the table's rows."""
+             prior: list[Trial] | None = None, ahead: int | None = None) -> list[float]:
+    """Times measured, in order, by one of our strategies choosing among the table's rows.
+
+    Every row's code and features are known from the start (as if all were compiled), unless
+    `ahead` is given: then only those of the rows measured, and of `ahead` rows per evaluation
+    that the strategy's `scout` names (tune --compile-ahead)."""
     space = space_of(table)
-    known = [Candidate(_keyed(r), c, f)
-             for r, c, f in zip(table.rows, table.codes, table.features, strict=True)]
     strategy = make(seed, prior or [])
     bench = Measurements(table, budget)
     base = table.times[table.baseline]
     history: list[Trial] = []
+    revealed = set(range(len(table.rows))) if ahead is None else {table.baseline}
+
+    def context() -> Context:
+        known = [Candidate(_keyed(r), c if i in revealed else "", f if i in revealed else {})
+                 for i, (r, c, f) in enumerate(zip(table.rows, table.codes, table.features, strict=True))]
+        return Context(space, history, known, closed=True, budget=budget,
+                       baseline_code=table.codes[table.baseline])
+
+    scout = getattr(strategy, "scout", None)
     while bench.left > 0:
-        context = Context(space, history, known, closed=True, budget=budget,
-                          baseline_code=table.codes[table.baseline])
-        proposal = strategy.propose(context)
+        if ahead and scout is not None:
+            for config in scout(context(), ahead):
+                if (row := table.index(_plain(config))) is not None:
+                    revealed.add(row)
+        proposal = strategy.propose(context())
         if not isinstance(proposal, Proposal):
             break
         row = table.index(_plain(proposal.config))
         if row is None:
             raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
         ratio = bench.measure(row) / base
+        revealed.add(row)
         history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],
                              phase=proposal.phase))
     return bench.measured
@@ -228,14 +242,14 @@ OURS: dict[str, Callable[[int, list[Trial]], Strategy]] = {
 
 
 def replay(table: Table, budget: int, seeds: int, strategies: list[str],
-           prior: list[Trial] | None = None) -> dict[str, dict]:
+           prior: list[Trial] | None = None, ahead: int | None = None) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for name in strategies:
         fractions, evals = [], []
         try:
             for seed in range(seeds if name not in ("exhaustive", "staged") else 1):
                 if name in OURS:
-                    measured = run_ours(table, OURS[name], budget, seed, prior)
+                    measured = run_ours(table, OURS[name], budget, seed, prior, ahead)
                 else:
                     measured = run_peer(table, PEERS[name], budget, seed)
                 fractions.append(_fraction(table, measured))
@@ -267,12 +281,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="ignore the feature: columns: the options (and codes) alone")
     p.add_argument("--prior", type=Path, metavar="TABLE",
                    help="another target's table over the same dimensions: its rows warm-start the model")
+    p.add_argument("--compile-ahead", type=int, metavar="K",
+                   help="our strategies know a row's code and features only once it is measured or "
+                        "named by the strategy's scout, K per evaluation (as tune --compile-ahead K); "
+                        "default: every row's from the start")
     args = p.parse_args(argv)
     table = load_table(args.table)
     if args.no_features:
         table = without_features(table)
     prior = prior_of(load_table(args.prior)) if args.prior else None
-    results = replay(table, args.budget, args.seeds, args.strategies, prior)
+    results = replay(table, args.budget, args.seeds, args.strategies, prior, args.compile_ahead)
     if args.json:
         def finite(e: float | None) -> float | None:
             return None if e is None or e == math.inf else e

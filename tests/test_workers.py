@@ -169,12 +169,8 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     ahead = store.evaluations("saxpy", phase=SCOUT)
     assert 1 <= len(ahead) <= 6 and len(proposals.ahead) == len(ahead)
     assert all(r.status == COMPILED and r.digest and not store.samples(r.id) for r in ahead)
-    # The first named are screening moves, in the order the search proposes them; then the
-    # model's picks.
-    moves = [config_key(m) for m in screening_moves(SPACE)]
     keys = [r.config_key for r in ahead]
-    screened = [k for k in keys if k in moves]
-    assert keys[:len(screened)] == screened == sorted(screened, key=moves.index)
+    assert len(set(keys)) == len(keys)  # each named once (what it names: the test below)
     _, known = Tuner._history(evaluator)
     assert {r.config_key for r in ahead} <= {config_key(SPACE.full_config(c.config)) for c in known}
     # A configuration compiled ahead and measured later has one code in both trees.

@@ -175,11 +175,11 @@ class ModelGuided:
         compile-time features inform the choice before they are measured: while screening, the
         moves to come; then the untried configurations of lowest bound whose code is unknown."""
         known = set(context.codes)
-        if context.closed:
-            return []
+        available = {config_key(c) for c in context.choices()} if context.closed else None
         if _screening(context):
             moves = [m for m in screening_moves(context.space)
-                     if context.fresh(m) and config_key(m) not in known]
+                     if context.fresh(m) and config_key(m) not in known
+                     and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
         rng = random.Random(f"{self.seed}:ahead:{len(context.history)}:{len(context.known)}")
