@@ -141,9 +141,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--allow-host-specific", action="store_true",
                    help="also try options tied to this machine's CPU (-march=native): the binaries "
                    "then run only on CPUs like this one, and the toolchain file says so")
-    p.add_argument("--compile-ahead", type=int, default=3, metavar="N",
+    p.add_argument("--compile-ahead", type=int, default=5, metavar="N",
                    help="CUDA targets: while the GPU measures, compile up to N configurations per "
-                   "evaluation of the budget ahead, for their machine code and features (default 3; "
+                   "evaluation of the budget ahead, for their machine code and features (default 5; "
                    "0: off)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")

@@ -76,7 +76,7 @@ class TuneOptions:
     allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
     allow_shared_gpu: bool = False  # measure although another process holds the GPU
     profile: bool = True  # profile each CUDA benchmark's baseline once with ncu (profile.py)
-    compile_ahead: int = 3  # CUDA: configurations compiled ahead per evaluation of the budget (pipeline.py)
+    compile_ahead: int = 5  # CUDA: configurations compiled ahead per evaluation of the budget (pipeline.py)
     max_stage: int = 3
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
