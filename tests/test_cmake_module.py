@@ -209,6 +209,10 @@ CASES = {
     "benchmark_of_unknown_group": ("compileiq_tune(lib LANGUAGES CXX SOURCES lib.cpp GROUP a)\n"
                                    "compileiq_add_benchmark(b COMMAND exe FORMAT time TARGETS lib:z)",
                                    r"TARGETS names 'lib:z', which is not marked for tuning"),
+    "group_of_no_file_in_its_language": ('file(WRITE ${CMAKE_CURRENT_SOURCE_DIR}/k.h "")\n'
+                                         "target_sources(lib PRIVATE k.h)\n"
+                                         "compileiq_tune(lib LANGUAGES CXX SOURCES k.h GROUP h)",
+                                         r"none of the group's files compiles as CXX"),
     "typo_sources": ("compileiq_tune(lib LANGUAGES CXX SOURCE lib.cpp)",
                      r"'SOURCE' looks like a misspelt SOURCES"),
 }
