@@ -74,11 +74,12 @@ def object_files(tree: Path, target: str, sources: Sequence[str] = ()) -> list[P
     relative to the target's folder (`__` for `..`), plus `.o`."""
     found = [p for d in tree.rglob(f"CMakeFiles/{target}.dir") for p in d.rglob("*.o")
              for rel in [p.relative_to(d).as_posix()]
-             if not sources or any(_object_of(rel, src) for src in sources)]
+             if not sources or any(object_of(rel, src) for src in sources)]
     return sorted(found)
 
 
-def _object_of(rel: str, source: str) -> bool:
+def object_of(rel: str, source: str) -> bool:
+    """Whether an object's path in its target's CMakeFiles/<target>.dir is that of `source`."""
     parts = [part for part in rel.removesuffix(".o").split("/") if part != "__"]
     return Path(source).parts[-len(parts):] == tuple(parts)
 

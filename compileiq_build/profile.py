@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq_build import process
-from compileiq_build.codeinfo import kernels_of, object_files
+from compileiq_build.codeinfo import kernels_of, object_files, object_of
 from compileiq_build.environment import find_tool
 from compileiq_build.measure import benchmark_command
 from compileiq_build.project import Benchmark, Target, c_identifier
@@ -110,10 +110,9 @@ def kernel_sources(tree: Path, units: Sequence[Target]) -> dict[str, tuple[str, 
     cmake = units[0].cmake_target
     found: dict[str, tuple[str, str]] = {}
     for obj in object_files(tree, cmake):
-        directory = next(p for p in obj.parents if p.name == f"{cmake}.dir")
-        source = obj.relative_to(directory).as_posix().removesuffix(".o").replace("__/", "../")
-        unit = next((u.name for u in units
-                     if not u.sources or any(s.endswith("/" + source.lstrip("./")) for s in u.sources)), "")
+        rel = obj.relative_to(next(p for p in obj.parents if p.name == f"{cmake}.dir")).as_posix()
+        source = rel.removesuffix(".o").replace("__/", "../")
+        unit = next((u.name for u in units if not u.sources or any(object_of(rel, s) for s in u.sources)), "")
         for kernel in kernels_of(obj):
             found.setdefault(kernel, (source, unit))
     return found
