@@ -9,7 +9,7 @@ import itertools
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.strategies import Candidate, Context, Stop, Trial
-from compileiq_build.strategies.model import ModelGuided
+from compileiq_build.strategies.model import ModelGuided, _spilling
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),
@@ -162,3 +162,31 @@ def test_after_a_new_best_the_nearest_code_is_measured_once():
                                 code=code({**best, "T:O": "1"}))]
     context = context_of(better)
     assert ModelGuided(seed=0).propose(context).phase == "local"  # a new best: once more
+
+
+def test_codes_that_spill_are_not_proposed_until_one_that_spills_was_faster():
+    """The synthetic tables' trap with compiling ahead: codes that spill (register caps) have
+    features far from every measured code, a wide interval, and the lowest bound took them
+    (0.16x to 0.27x).  A code that spills more than the least-spilling known code is not
+    proposed by the model, until a measured code that spills more was faster.  Here R=2 with
+    X=on spills (no one-option move does), and spilling is 30% slower."""
+    def spills(c: Config) -> float:
+        return 64.0 if c["T:R"] == "2" and c["T:X"] == "on" else 0.0
+
+    known = [Candidate(c, config_key(c), {"all:spill_bytes": spills(c), "all:registers": 64 - spills(c) / 2})
+             for c in CONFIGS]
+
+    def slow(c: Config) -> float:
+        return ratio(c) + (0.3 if spills(c) else 0.0)
+
+    history, _, _ = search(ModelGuided(seed=0), known, closed=True, outcome=slow, budget=20)
+    assert not [t for t in history if spills(SPACE.full_config(t.config))]
+    # Once a measured code that spills was faster, they are the model's to rank again.
+    spilling = {"T:R": "2", "T:X": "on"}
+    context = Context(SPACE, [Trial(spilling, 0.9, True, code=config_key(SPACE.full_config(spilling)))],
+                      known, closed=True, budget=20, baseline_code=config_key(SPACE.default_config()))
+    pool = [c for c in CONFIGS if spills(c)]
+    assert not _spilling(context, pool).any()
+    slower = Context(SPACE, [Trial(spilling, 1.3, False, code=config_key(SPACE.full_config(spilling)))],
+                     known, closed=True, budget=20, baseline_code=config_key(SPACE.default_config()))
+    assert _spilling(slower, pool).all()

@@ -21,6 +21,11 @@ Each proposal names its phase, for the log:
 - **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
   deviations).
 
+Codes that spill more than the least-spilling code known are left out of the model's proposals
+until a measured code that spills more was faster than the baseline: their features lie far
+from every measured code, their wide interval would draw the bound to them, and spills to local
+memory are slowdowns but rarely.
+
 While the GPU measures, `scout` names what to compile ahead: the screening moves to come, then
 the untried configurations of lowest bound whose code is unknown.  Their codes and features
 arrive as known candidates: a move whose code was measured costs nothing, and the process
@@ -155,7 +160,7 @@ class ModelGuided:
             choice = int(np.argmin(mean))
             if mean[choice] < math.log(best):
                 return Proposal(pool[choice], "combine")
-        bound = mean - self.kappa * std
+        bound = np.where(_spilling(context, pool), np.inf, mean - self.kappa * std)
         incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                         key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
         if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean)) is not None:
@@ -304,6 +309,27 @@ class ModelGuided:
         return min(candidates, key=lambda i: bound[i]) if candidates else None
 
 
+def _spilling(context: Context, pool: Sequence[Config]) -> np.ndarray:
+    """Which pool configurations compile to code that spills more than the least-spilling code
+    known, while no measured code that spills more was faster than the baseline.  The model
+    would explore them (their features lie far from every measured code), and spills to local
+    memory are slowdowns but rarely (benchmarks/results/search/compile_ahead/)."""
+    def spills(configs: Sequence[Config]) -> list[float]:
+        return [f.get("all:spill_bytes", f.get("spill_bytes", math.nan))
+                for f in _features(context, configs, totals=False)]
+
+    known = [v for v in spills([context.space.full_config(c.config) for c in context.known])
+             if not math.isnan(v)]
+    if not known:
+        return np.zeros(len(pool), dtype=bool)
+    least = min(known)
+    measured = spills([c for c, _ in context.measured])
+    if any(v > least and t.ratio is not None and t.ratio < 1.0
+           for v, (_, t) in zip(measured, context.measured, strict=True)):
+        return np.zeros(len(pool), dtype=bool)
+    return np.array([v > least for v in spills(pool)], dtype=bool)
+
+
 def _screening(context: Context) -> bool:
     """Screening may still spend evaluations (SCREEN_SHARE of the budget)."""
     return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
@@ -342,15 +368,15 @@ def _standardized_features(context: Context, configs: Sequence[Config]) -> np.nd
     return (f[:, varies] - mu[varies]) / sd[varies]
 
 
-def _features(context: Context, configs: Sequence[Config]) -> list[Mapping[str, float]]:
+def _features(context: Context, configs: Sequence[Config], totals: bool = True) -> list[Mapping[str, float]]:
     """Each configuration's compile-time features, where known: those of its code (a configuration
-    of a code whose features are known has them), totals over kernels only (per-kernel columns are
-    many, for few rows)."""
+    of a code whose features are known has them), with `totals` those over kernels only
+    (per-kernel columns are many, for few rows)."""
     by_code = {c.code: c.features for c in context.known if c.code and c.features}
     own = {config_key(context.space.full_config(c.config)): c.features for c in context.known if c.features}
     codes = context.codes
     rows = [own.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
-    return [{k: v for k, v in r.items() if k.startswith("all:")} or r for r in rows]
+    return [({k: v for k, v in r.items() if k.startswith("all:")} if totals else {}) or r for r in rows]
 
 
 def _gp(context: Context, train: list[Config], target: np.ndarray, weight: np.ndarray,
