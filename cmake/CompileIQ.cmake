@@ -662,9 +662,9 @@ function(_compileiq_group_sources tgt group out)
   set(${out} "${found}" PARENT_SCOPE)
 endfunction()
 
-# In the driver's build trees each tuned target (or group: <sources>) reads its flags from a
-# file, and its objects depend on that file: a new candidate rebuilds exactly them.  Sets
-# <out_file> and <out_file>_sources (how many sources of <lang> read it).
+# In the driver's build trees each tuned target (or group: <sources>, its files of <lang>)
+# reads its flags from a file, and its objects depend on that file: a new candidate rebuilds
+# exactly them.  Sets <out_file> and <out_file>_sources (how many sources of <lang> read it).
 function(_compileiq_use_candidate_file tgt lang id sources out_file)
   set(file "${CMAKE_BINARY_DIR}/compileiq/candidate/${id}.${lang}.opts")
   if(NOT EXISTS "${file}")
@@ -675,11 +675,9 @@ function(_compileiq_use_candidate_file tgt lang id sources out_file)
   else()
     set(opt "@${file}")
   endif()
-  if(sources)
-    _compileiq_sources_of_language("${tgt}" "${lang}" "${sources}" plain)
-    if(plain)
-      set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "${opt}")
-    endif()
+  if(sources)  # a group's files of <lang>
+    set(plain "${sources}")
+    set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "${opt}")
   else()
     set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
     if(lang STREQUAL "CUDA")

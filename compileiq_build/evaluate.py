@@ -175,6 +175,11 @@ class Evaluator:
         self.hot_kernels: set[str] = set()  # the profiled kernels of this target that take the time
         self._lock = threading.Lock()
 
+    @property
+    def _build_timeout(self) -> float:
+        """A candidate that makes the compiler hang is stopped at a multiple of the baseline build."""
+        return self.build_timeout or max(300.0, 20 * self.baseline_build_s)
+
     def _timeout(self, bench: Benchmark) -> float:
         base = self.baseline_wall.get(bench.workload, 60.0)
         limit = 10.0 * base + 10.0
@@ -223,10 +228,9 @@ class Evaluator:
 
     def build(self, flags: Mapping[str, tuple[str, ...]], worker: Worker, slot: int) -> Built:
         """Compile a candidate in a worker's slot (safe in a thread: it touches no store)."""
-        # A candidate that makes the compiler hang is stopped at a multiple of the baseline build.
-        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
         started = time.time()
-        compiled = worker.build(slot, self.target.name, flags, self.ninja_targets, timeout, self.jobs)
+        compiled = worker.build(slot, self.target.name, flags, self.ninja_targets, self._build_timeout,
+                                self.jobs)
         if compiled.rebuilt_nothing and any(self.target.source_counts.get(lang, 0) for lang in flags):
             # New flags that rebuild nothing would measure the old binary as this candidate.
             raise CompileIQError(
@@ -239,11 +243,10 @@ class Evaluator:
         """Compile a configuration ahead in the worker's scout tree, the target alone (no
         executable linked), and record its code and features (phase scout): the strategy knows
         them before it chooses what to measure.  Returns the digest ('' when it did not build)."""
-        timeout = self.build_timeout or max(300.0, 20 * self.baseline_build_s)
         row = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys, config_key(config),
                                           config, flags, strategy, SCOUT, worker=worker.name)
-        compiled = worker.build(SCOUT_SLOT, self.target.name, flags, [self.target.cmake_target], timeout,
-                                self.jobs)
+        compiled = worker.build(SCOUT_SLOT, self.target.name, flags, [self.target.cmake_target],
+                                self._build_timeout, self.jobs)
         if not compiled.result.ok:
             self.store.finish_evaluation(row, BUILD_FAILED, _last_lines(compiled.result.log),
                                          compiled.result.seconds)

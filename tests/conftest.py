@@ -13,9 +13,10 @@ import pytest
 from compileiq_build import cmake_dir, environment
 from compileiq_build.build import BuildTree
 from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.measure import Sample
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
-from compileiq_build.store import Store, open_store
+from compileiq_build.store import MEASURED, Store, open_store
 from compileiq_build.workers import LocalWorker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,3 +120,17 @@ def cxx_evaluator(project_dir: Path, configure: Configure, workers_slots: list[i
                           report=report or Reporter(quiet=True))
     evaluator.prepare_baseline()
     return evaluator, store
+
+
+def write_finalists(evaluator: Evaluator, store: Store, ratio: float, noise: float) -> None:
+    """Three earlier search evaluations of `ratio` times the baseline's cost on every benchmark
+    (5 pairs, alternating by `noise`), written as the search would have: the finalists and the
+    noise that racing reads."""
+    for i in range(3):
+        row = store.begin_evaluation(evaluator.session, evaluator.target.name, evaluator.arch_keys,
+                                     f"fake{i}", {"fake": str(i)}, {}, "test", "search")
+        for bench in evaluator.benchmarks:
+            for rep in range(5):
+                for role, cost in (("candidate", ratio * (1 + noise * (rep % 2))), ("baseline", 1.0)):
+                    store.add_sample(row, role, rep, Sample(bench.workload, cost, cost, 0.1, 0, ""))
+        store.finish_evaluation(row, MEASURED)

@@ -3,7 +3,7 @@ a real compile, an option that changes the code is measured without it and kept 
 
 from __future__ import annotations
 
-from conftest import cxx_evaluator
+from conftest import cxx_evaluator, write_finalists
 
 from compileiq_build.codeinfo import code_digest, object_files
 from compileiq_build.evaluate import Sampling
@@ -93,24 +93,15 @@ def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure)
     about the baseline's speed) against -O3 -fomit-frame-pointer, after 2 pairs.  The history of
     earlier search evaluations that gives racing its noise is written into the store as the
     racing tests do; the builds and runs are real."""
-    from compileiq_build.measure import Sample
-    from compileiq_build.store import MEASURED
-
     # Reversed for minimizing: -O3 goes first, so the frame-pointer option is measured alone.
     space = FlagSpace((Dimension("CXX", "omit-frame-pointer", ("on",), "-fomit-frame-pointer", 1),
                        Dimension("CXX", "O", ("3",), "-O{v}", 1)))
     winner = {"CXX:omit-frame-pointer": "on", "CXX:O": "3"}
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     workload = evaluator.benchmarks[0].workload
-    for i in range(3):
-        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
-                                     {"fake": str(i)}, {}, "test", "search")
-        for rep in range(5):
-            # Noise of 4% between pairs: a margin of about 13%, so that the step (about the
-            # baseline's speed) is raced out against the winner, never as slower than the baseline.
-            for role, cost in (("candidate", 0.5 * (1 + 0.04 * (rep % 2))), ("baseline", 1.0)):
-                store.add_sample(row, role, rep, Sample(workload, cost, cost, 0.1, 0, ""))
-        store.finish_evaluation(row, MEASURED)
+    # Noise of 4% between pairs: a margin of about 13%, so that the step (about the baseline's
+    # speed) is raced out against the winner, never as slower than the baseline.
+    write_finalists(evaluator, store, 0.5, 0.04)
     flags = space.flags(winner)
     check = evaluator.evaluate(winner, flags, "model", "validate",
                                evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import cxx_evaluator
+from conftest import cxx_evaluator, write_finalists
 
 from compileiq_build.evaluate import RACE_PAIRS, Race, Sampling, raced_out, sampling_done
-from compileiq_build.measure import Sample
 from compileiq_build.progress import describe
 from compileiq_build.stats import ratio_estimate
-from compileiq_build.store import MEASURED
 
 NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)
 SIMULATIONS = 2000
@@ -105,13 +103,7 @@ def test_the_evaluator_races_out_a_candidate_and_says_so(cxx_project, configure)
     # where -O1 is about 7x; noise 0.1%) is written into the store as earlier evaluations would.
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     workload = evaluator.benchmarks[0].workload
-    for i in range(3):
-        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
-                                     {"fake": str(i)}, {}, "test", "search")
-        for rep in range(5):
-            for role, cost in (("candidate", 0.01 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
-                store.add_sample(row, role, rep, Sample(workload, cost, cost, 0.1, 0, ""))
-        store.finish_evaluation(row, MEASURED)
+    write_finalists(evaluator, store, 0.01, 0.001)
     built = evaluator.build({"CXX": ("-O1",)}, evaluator.workers[0], 0)
     outcome = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "search", built,
                                  sampling=Sampling(5, 10))
@@ -136,14 +128,7 @@ def test_with_two_benchmarks_both_are_probed_before_either_is_measured_in_full(c
         '                        FORMAT regex REGEX "time_ms: ([0-9.eE+-]+)" UNIT ms)\n'))
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     assert len(evaluator.benchmarks) == 2
-    for i in range(3):
-        row = store.begin_evaluation(evaluator.session, "saxpy", evaluator.arch_keys, f"fake{i}",
-                                     {"fake": str(i)}, {}, "test", "search")
-        for bench in evaluator.benchmarks:
-            for rep in range(5):
-                for role, cost in (("candidate", 0.01 * (1 + 0.001 * (rep % 2))), ("baseline", 1.0)):
-                    store.add_sample(row, role, rep, Sample(bench.workload, cost, cost, 0.1, 0, ""))
-        store.finish_evaluation(row, MEASURED)
+    write_finalists(evaluator, store, 0.01, 0.001)
     built = evaluator.build({"CXX": ("-O1",)}, evaluator.workers[0], 0)
     outcome = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "search", built,
                                  sampling=Sampling(5, 10))

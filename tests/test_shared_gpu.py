@@ -72,7 +72,6 @@ def test_tune_stops_while_another_process_holds_the_gpu(tmp_path, configure, nvc
         assert proc.returncode != 0
         assert "another process holds the GPU that tune would measure on: GPU 0: pid" in proc.stderr
         assert "Traceback" not in proc.stderr
-        print("listed:", procs, "holder pid:", holder.pid)
     finally:
         holder.kill()
         holder.wait()
