@@ -514,15 +514,39 @@ function(_compileiq_host_key out_key)
   set(${out_key} "${p}" PARENT_SCOPE)
 endfunction()
 
+# CMAKE_<LANG>_COMPILER_ID and _VERSION are variables of the directory that enabled <LANG>,
+# which may be below the one where this module's end-of-configure code runs (ggml enables
+# CUDA in src/ggml-cuda): where they are not set here, read them in the directory of the first
+# of <units> (tuned targets, or <target>:<group>) whose directory has them.
+function(_compileiq_compiler lang units out_id out_version)
+  set(id "${CMAKE_${lang}_COMPILER_ID}")
+  set(version "${CMAKE_${lang}_COMPILER_VERSION}")
+  foreach(unit IN LISTS units)
+    if(NOT id STREQUAL "")
+      break()
+    endif()
+    string(REGEX REPLACE ":.*" "" tgt "${unit}")
+    get_target_property(dir "${tgt}" SOURCE_DIR)
+    get_directory_property(id DIRECTORY "${dir}" DEFINITION CMAKE_${lang}_COMPILER_ID)
+    get_directory_property(version DIRECTORY "${dir}" DEFINITION CMAKE_${lang}_COMPILER_VERSION)
+  endforeach()
+  set(${out_id} "${id}" PARENT_SCOPE)
+  set(${out_version} "${version}" PARENT_SCOPE)
+endfunction()
+
 # Tuned flags come from a compiler of some version; with another one, keep
 # only the flags this compiler accepts, and say so, rather than break the build.
-function(_compileiq_check_compiler tgt lang flags_var)
-  set(now "${CMAKE_${lang}_COMPILER_ID} ${CMAKE_${lang}_COMPILER_VERSION}")
-  if(NOT DEFINED COMPILEIQ_TUNED_WITH_${lang} OR COMPILEIQ_TUNED_WITH_${lang} STREQUAL now)
+# <name> is the tuned unit (<tgt> or <tgt>:<group>).
+function(_compileiq_check_compiler name tgt lang flags_var)
+  _compileiq_compiler(${lang} "${tgt}" id version)
+  set(now "${id} ${version}")
+  # Blank: written by a version of this module that did not find the compiler (see above).
+  if(NOT DEFINED COMPILEIQ_TUNED_WITH_${lang} OR COMPILEIQ_TUNED_WITH_${lang} STREQUAL now
+     OR COMPILEIQ_TUNED_WITH_${lang} MATCHES "^ *$")
     return()
   endif()
   message(WARNING
-    "CompileIQ: the ${lang} flags of ${tgt} were tuned with ${COMPILEIQ_TUNED_WITH_${lang}}; "
+    "CompileIQ: the ${lang} flags of ${name} were tuned with ${COMPILEIQ_TUNED_WITH_${lang}}; "
     "this build uses ${now}. Flags this compiler rejects are dropped; re-run "
     "`python -m compileiq_build tune` with this compiler for flags tuned to it.")
   include(CheckCompilerFlag)
@@ -534,7 +558,7 @@ function(_compileiq_check_compiler tgt lang flags_var)
     if(${ok})
       list(APPEND kept "${flag}")
     else()
-      message(WARNING "CompileIQ: ${now} rejects ${flag}; it is not applied to ${tgt}.")
+      message(WARNING "CompileIQ: ${now} rejects ${flag}; it is not applied to ${name}.")
     endif()
   endforeach()
   set(${flags_var} "${kept}" PARENT_SCOPE)
@@ -876,7 +900,7 @@ function(_compileiq_unit out tgt group langs sources cuda_key cuda_archs project
       endif()
       if(DEFINED ${var})
         set(applied "${${var}}")
-        _compileiq_check_compiler("${name}" "${lang}" applied)
+        _compileiq_check_compiler("${name}" "${tgt}" "${lang}" applied)
         _compileiq_add_flags("${tgt}" "${lang}" "${applied}" "${plain}")
         list(JOIN applied " " shown)
         message(STATUS "CompileIQ: ${name} (${lang}, ${key}) uses tuned flags: ${shown}")
@@ -935,8 +959,9 @@ function(_compileiq_finalize)
       continue()
     endif()
     set(c "{}")
-    _compileiq_json_put(c id "${CMAKE_${lang}_COMPILER_ID}")
-    _compileiq_json_put(c version "${CMAKE_${lang}_COMPILER_VERSION}")
+    _compileiq_compiler(${lang} "${tuned}" id version)
+    _compileiq_json_put(c id "${id}")
+    _compileiq_json_put(c version "${version}")
     _compileiq_json_put(c path "${CMAKE_${lang}_COMPILER}")
     _compileiq_json_put(c flags "${CMAKE_${lang}_FLAGS}")
     string(TOUPPER "${CMAKE_BUILD_TYPE}" config)

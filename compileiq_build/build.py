@@ -8,6 +8,7 @@ is a file write plus a Ninja run that recompiles exactly the changed objects.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -72,11 +73,15 @@ class BuildTree:
         return self._project
 
     def configure(self, tuning_arch: str, timeout: float = 1800) -> None:
-        """Configure once; later calls reuse the tree when it is already set up."""
+        """Configure once; later calls reuse the tree when it is already set up and the user's
+        build was not configured again since (groups or benchmarks added after `profile`, say:
+        the tree's own manifest would lack them)."""
         manifest = self.path / MANIFEST
+        user = self.user.binary_dir / MANIFEST
         if manifest.is_file():
             current = load_manifest(manifest)
-            if current.candidate_flags and current.tuning_arch == tuning_arch:
+            stale = user.is_file() and user.stat().st_mtime > manifest.stat().st_mtime
+            if current.candidate_flags and current.tuning_arch == tuning_arch and not stale:
                 self._project = current
                 return
         self._project = None
@@ -98,6 +103,10 @@ class BuildTree:
                 f"configuring the tuning tree {self.path} failed:\n{proc.stderr[-3000:]}\n"
                 "The project configures differently from the user's build folder; "
                 "fix the error above, or delete the folder and try again.")
+        # CMake rewrites a manifest only when its text changes: mark this one as newer than the
+        # user's, which it now follows.
+        if manifest.is_file():
+            os.utime(manifest)
 
     def write_flags(self, flags_by_target: Mapping[str, Mapping[str, Iterable[str]]]) -> set[tuple[str, str]]:
         """Set every tuned target's candidate flags (absent = the project's own flags); returns

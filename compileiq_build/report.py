@@ -121,6 +121,12 @@ def report(build_dir: Path) -> str:
             if (cmake, str(arch)) not in profiled and (kernels := store.kernel_times(cmake, arch)):
                 profiled.add((cmake, str(arch)))
                 lines += [f"  where the baseline's GPU time goes in {cmake} (ncu):", *table_lines(kernels)]
+        # A target profiled (`profile`) but not searched yet.
+        for cmake, arch in store.profiled():
+            if (cmake, str(arch)) not in profiled:
+                archs = ", ".join(sorted(arch.values()))
+                lines += [f"where the baseline's GPU time goes in {cmake} ({archs}, ncu; not searched yet):",
+                          *table_lines(store.kernel_times(cmake, arch))]
         lines += shared_gpu_lines(store.sessions())
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:

@@ -264,6 +264,13 @@ class Store:
         return [KernelTime(*r) for r in rows]
 
     @_locked
+    def profiled(self) -> list[tuple[str, dict[str, str]]]:
+        """Every (CMake target, architecture) the store holds a profile of."""
+        rows = self.db.execute(
+            "SELECT DISTINCT target, arch_keys FROM kernel_times ORDER BY target").fetchall()
+        return [(target, json.loads(arch)) for target, arch in rows]
+
+    @_locked
     def measuring_seconds(self, evaluation: int) -> float:
         """Wall time of every benchmark run of an evaluation, candidate and baseline."""
         return self.db.execute("SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE evaluation_id=?",

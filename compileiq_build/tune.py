@@ -346,7 +346,7 @@ class Tuner:
         todo = [b for b in evaluator.benchmarks if b.workload not in done]
         sources = kernel_sources(worker.baseline.path, units) if todo else {}
         for bench in todo:
-            self.report.phase(f"{unit.name}: profiling {bench.workload} with ncu (one baseline run)")
+            self.report.phase(f"{unit.cmake_target}: profiling {bench.workload} with ncu (one baseline run)")
             timeout = 20 * evaluator.baseline_wall.get(bench.workload, 60.0) + 120
             try:
                 times = profile_run(bench, worker.executable(BASELINE_SLOT, bench), timeout, worker.env)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import compile_commands
 
+from compileiq_build import cmake_dir
 from compileiq_build.project import load_manifest
 from compileiq_build.selection import Winner, WorkloadGain
 from compileiq_build.stats import RatioEstimate
@@ -91,16 +92,18 @@ def test_tuned_flags_reach_only_the_named_target(cxx_project, configure):
         assert "-O2" not in commands[other] and "-O1" not in commands[other]
 
 
-def _release_with_generated_file(project: Path, configure, path: str) -> subprocess.CompletedProcess[str]:
-    """Configure `project` with a generated toolchain file and no -DCompileIQ_ROOT, as the file's
-    own comment says to build, with `path` as PATH."""
+def _release_with_generated_file(project: Path, configure, path: str,
+                                 *args: str) -> subprocess.CompletedProcess[str]:
+    """Configure `project` with a generated toolchain file and no -DCompileIQ_ROOT (unless in
+    `args`), as the file's own comment says to build, with `path` as PATH."""
     gain = WorkloadGain("saxpy[]", RatioEstimate(0.5, 0.4, 0.6, 5))
     text = render([Winner("saxpy", {"CXX": "portable"}, "CXX:O=2", {"CXX": ("-O2",)}, (gain,), 3)], [],
                   Provenance("2026-11-30", "CPU", "none", (), "staged"))
     toolchain = project / "compileiq-toolchain.cmake"
     toolchain.write_text(text)
     return subprocess.run([configure.cmake, "-S", str(project), "-B", str(project / "release"), "-G", "Ninja",
-                           f"-DCMAKE_MAKE_PROGRAM={configure.ninja}", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
+                           f"-DCMAKE_MAKE_PROGRAM={configure.ninja}", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+                           *args],
                           capture_output=True, text=True, env={**os.environ, "PATH": path},
                           cwd=project)  # python3 -m would find the package in this checkout's folder
 
@@ -120,6 +123,11 @@ def test_without_a_python_that_knows_the_module_the_toolchain_file_says_what_to_
     message = " ".join(proc.stderr.split())
     assert "no python3 on PATH knows the compileiq_build package" in message
     assert "Activate the environment it is installed in" in message and "-DCompileIQ_ROOT=" in message
+    # Once: CMake's compiler checks (try_compile projects) read the file too, and need no module.
+    assert message.count("no python3 on PATH knows") == 1, message
+    proc = _release_with_generated_file(cxx_project, configure, "/usr/bin:/bin",
+                                        f"-DCompileIQ_ROOT={cmake_dir()}")
+    assert proc.returncode == 0 and "CompileIQ: no python3" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_a_toolchain_file_of_a_newer_format_is_refused(cxx_project, configure):
@@ -355,3 +363,32 @@ def test_candidate_file_dependency_for_targets_in_subdirectories(tmp_path, confi
     (build / "compileiq" / "candidate" / "lib.CXX.opts").write_text("-O2\n")
     out = configure.build(build, "app").stdout
     assert re.findall(r"Building CXX object (\S+)", out) == ["sub/CMakeFiles/lib.dir/lib.cpp.o"]
+
+
+def test_cuda_enabled_in_a_subdirectory_names_its_compiler(tmp_path, configure, nvcc):
+    """Found on ggml: CUDA is enabled in src/ggml-cuda, so the compiler's id and version are not
+    variables of the top-level directory, where the module writes the manifest and applies the
+    toolchain file. They were written empty; the toolchain file then said `Compiler: CUDA` and
+    a build with another nvcc did not warn."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "k.cu").write_text("__global__ void k(float* a) { a[threadIdx.x] *= 2.0f; }\n")
+    (src / "sub" / "CMakeLists.txt").write_text("enable_language(CUDA)\nadd_library(k STATIC k.cu)\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p LANGUAGES CXX)\n"
+        "find_package(CompileIQ CONFIG REQUIRED)\nadd_subdirectory(sub)\ncompileiq_tune(k)\n")
+    args = (f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90")
+    configure(src, tmp_path / "probe", *args)
+    cuda = load_manifest(tmp_path / "probe" / "compileiq" / "manifest.json").compilers["CUDA"]
+    assert cuda.id == "NVIDIA" and re.fullmatch(r"\d+\.\d+\.\d+", cuda.version)
+    toolchain = tmp_path / "tc.cmake"
+    toolchain.write_text(f"set(COMPILEIQ_TUNED_WITH_CUDA [=[NVIDIA {cuda.version}]=])\n"
+                         "set(COMPILEIQ_FLAGS_k_CUDA_sm_90 [=[--maxrregcount=64]=])\n")
+    build = tmp_path / "build"
+    proc = configure(src, build, *args, f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    assert "were tuned with" not in proc.stderr
+    assert "--maxrregcount=64" in compile_commands(build)["k.cu"]
+    toolchain.write_text(toolchain.read_text().replace(f"NVIDIA {cuda.version}", "NVIDIA 0.0.1"))
+    proc = configure(src, tmp_path / "other", *args, f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    message = " ".join(proc.stderr.split())
+    assert f"were tuned with NVIDIA 0.0.1; this build uses NVIDIA {cuda.version}" in message

@@ -83,3 +83,29 @@ def test_tune_two_groups_and_the_toolchain_reaches_exactly_their_sources(groups_
     for other in ("beta.cpp", "bench_kernels.cpp"):
         assert tuned[other].replace(str(release), "") == before[other].replace(str(plain), "")
     configure.build(release)
+
+
+def test_tuning_trees_follow_groups_added_after_they_were_configured(groups_project, configure):
+    """The flow `profile` proposes: add its groups to the CMakeLists, configure, tune again. A tree
+    configured before kept its old manifest, without the new group (found on ggml)."""
+    from compileiq_build.build import BuildTree
+    from compileiq_build.project import load_project
+
+    build = groups_project / "build"
+    configure(groups_project, build)
+    tree = BuildTree(load_project(build), build / "compileiq" / "work" / "baseline")
+    tree.configure("")
+    assert [t.name for t in tree.project.targets] == ["kernels:alpha", "kernels:gamma"]
+    lists = groups_project / "CMakeLists.txt"
+    lists.write_text(lists.read_text().replace(
+        "compileiq_tune(kernels LANGUAGES CXX SOURCES gamma/*.cpp)",
+        "compileiq_tune(kernels LANGUAGES CXX SOURCES gamma/gamma_add.cpp GROUP add)\n"
+        "compileiq_tune(kernels LANGUAGES CXX SOURCES gamma/gamma_mul.cpp GROUP gamma)"))
+    configure(groups_project, build)
+    again = BuildTree(load_project(build), tree.path)
+    again.configure("")
+    assert sorted(t.name for t in again.project.targets) == ["kernels:add", "kernels:alpha", "kernels:gamma"]
+    # Configured once more with nothing changed, the tree is reused as it is.
+    stamp = (tree.path / "CMakeCache.txt").stat().st_mtime_ns
+    BuildTree(load_project(build), tree.path).configure("")
+    assert (tree.path / "CMakeCache.txt").stat().st_mtime_ns == stamp

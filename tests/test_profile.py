@@ -24,6 +24,8 @@ from compileiq_build.profile import (
     table_lines,
 )
 from compileiq_build.project import load_manifest
+from compileiq_build.report import report
+from compileiq_build.store import open_store
 
 
 def _fixture(tmp_path: Path) -> Path:
@@ -33,10 +35,18 @@ def _fixture(tmp_path: Path) -> Path:
 
 
 # tests/data/ncu_gpu_time.csv is in the layout `ncu --csv --print-units base` writes (one row per
-# kernel launch and metric, its log lines around it, thousands separators in values): written
-# from that layout, not captured on a GPU.
+# kernel launch and metric, its log lines around it, thousands separators in values), for the
+# kernels of the fixture; ncu_ggml_softmax.csv is ncu's own output, captured on an H200 (ggml's
+# test-backend-ops perf -o SOFT_MAX, one case; docs/real-projects.md).
 DATA = Path(__file__).resolve().parent / "data"
 NCU_CSV = (DATA / "ncu_gpu_time.csv").read_text()
+
+
+def test_ncu_csv_captured_on_a_gpu():
+    ((kernel, (seconds, launches)),) = parse_ncu_csv((DATA / "ncu_ggml_softmax.csv").read_text()).items()
+    assert kernel == "_Z12soft_max_f32ILb1ELi4096ELi1024EfEvPKfPKT2_S1_Pf15soft_max_params"
+    assert launches == 157
+    assert seconds / launches == pytest.approx(284e-6, rel=0.01)  # "283,904" ns and the like
 
 
 def test_ncu_csv_sums_each_kernels_launches():
@@ -65,6 +75,13 @@ def test_each_kernel_is_found_in_the_object_of_its_source_and_group(tmp_path, co
     assert [(r.kernel, r.launches, r.source, r.unit) for r in rows] == [
         ("_Z12scale_kernelPfPKfi", 2, "scale.cu", "ops:scale"),
         ("_Z13reduce_kernelPfPKfi", 1, "reduce.cu", "ops:rest")]
+    # A profile stored before any search (`profile`) is in the report.
+    store = open_store(build)
+    store.add_kernel_times(store.start_session("profile", {}), "ops", {"CUDA": "sm_90"}, rows)
+    store.close()
+    assert re.search(r"^where the baseline's GPU time goes in ops \(sm_90, ncu; not searched yet\):\n"
+                     r"  ops: 0\.034 ms of GPU time in 2 kernels\n\s+72\.1%\s+2x\s+_Z12scale_kernelPfPKfi\s+"
+                     r"scale\.cu \(ops:scale\)$", report(build), re.M), report(build)
 
     # The model of a group sees the kernels that take the time: the SASS features of the
     # others, and their share of the totals, are left out.
@@ -118,4 +135,5 @@ def test_profile_maps_each_kernel_to_its_file_and_group(tmp_path, configure):
     assert "compileiq_tune(ops SOURCES " in proc.stdout and "GROUP " in proc.stdout
     report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build)],
                             capture_output=True, text=True)
-    assert "where the baseline's GPU time goes in ops (ncu):" in report.stdout
+    assert re.search(r"^where the baseline's GPU time goes in ops \(sm_90, ncu; not searched yet\):$",
+                     report.stdout, re.M), report.stdout
