@@ -190,8 +190,8 @@ def test_a_value_printed_with_too_few_digits_is_warned_about(tmp_path):
     assert rate.ok and coarse_values(rate) == []
 
 
-# test-backend-ops perf (ggml) prints one line per op case; the data file follows its printf
-# formats (print_perf_console), colour codes included.
+# test-backend-ops perf (ggml) prints one line per op case; the data file is its output, colour
+# codes included, captured on an H200 (two runs; docs/real-projects.md).
 BACKEND_OPS = r"^  (?<name>[A-Z_]+\(.*\)):\s+\d+ runs -\s+([0-9.]+) us/run"
 
 
