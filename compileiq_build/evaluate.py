@@ -36,7 +36,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
@@ -51,7 +51,16 @@ from compileiq_build.project import Benchmark, Target
 from compileiq_build.selection import FINALISTS, SAME_AS_BASELINE, Outcome, finalists, outcomes, summarize
 from compileiq_build.space import config_key
 from compileiq_build.stats import geometric_mean, ratio_estimate
-from compileiq_build.store import BUILD_FAILED, COMPILED, INVALID, MEASURED, SCOUT, EvaluationRow, Store
+from compileiq_build.store import (
+    BUILD_FAILED,
+    COMPILED,
+    INTERRUPTED,
+    INVALID,
+    MEASURED,
+    SCOUT,
+    EvaluationRow,
+    Store,
+)
 from compileiq_build.workers import BASELINE_SLOT, SCOUT_SLOT, Compiled, Worker
 
 # A candidate this much slower on its first pairs is not measured further.
@@ -135,6 +144,10 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
         if not (est.faster or est.slower or est.high - est.low < sampling.precision * est.ratio):
             return False
     return True
+
+
+class _Stopped(Exception):
+    """The search's time ran out while a candidate was being measured."""
 
 
 @dataclass(frozen=True)
@@ -258,11 +271,14 @@ class Evaluator:
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
                  sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None,
-                 proposed_by: str = "") -> Outcome:
+                 proposed_by: str = "", stop: Callable[[], str] | None = None) -> Outcome:
         """Measure one compiled candidate on its worker's device, paired with the baseline.
         `reduced_from` (phase minimize): the evaluation of the configuration this one leaves an
         option out of; of the same machine code, it stands for this one.  `proposed_by`: the
-        strategy's phase that proposed it (phase search)."""
+        strategy's phase that proposed it (phase search).  `stop`, asked after every pair, says
+        why to stop measuring (the search's time is up) or ""; a candidate stopped so is recorded
+        as interrupted: its pairs stay, it is not counted, and a later run measures it again, as
+        after Ctrl-C."""
         sampling = sampling or self.sampling
         key = config_key(config)
         parent = reduced_from.config_key if reduced_from else ""
@@ -287,18 +303,23 @@ class Evaluator:
         elif reduced_from is not None and (parent := summarize(self.store, reduced_from).ratio):
             race = self._race(evaluation, parent, "the configuration it reduces reaches")
         status, reason, probed = MEASURED, "", {}
-        if race is not None and len(self.benchmarks) > 1:
-            # A probe: every benchmark's first pairs before any is measured in full, so that a
-            # candidate slower on a later benchmark stops before the earlier ones take all theirs.
-            probe = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
-            status, reason, probed = self._measure_all(evaluation, probe, numerics, built, race, {})
-        if not reason:
-            status, reason, _ = self._measure_all(evaluation, sampling, numerics, built, race, probed)
+        try:
+            if race is not None and len(self.benchmarks) > 1:
+                # A probe: every benchmark's first pairs before any is measured in full, so that a
+                # candidate slower on a later benchmark stops before the earlier ones take all theirs.
+                probe = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
+                status, reason, probed = self._measure_all(evaluation, probe, numerics, built, race, {}, stop)
+            if not reason:
+                status, reason, _ = self._measure_all(evaluation, sampling, numerics, built, race, probed,
+                                                      stop)
+        except _Stopped as why:
+            status, reason = INTERRUPTED, f"measuring stopped: {why}"
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
 
     def _measure_all(self, evaluation: int, sampling: Sampling, numerics: bool, built: Built,
-                     race: Race | None, earlier: Mapping[int, Costs]) -> tuple[str, str, dict[int, Costs]]:
+                     race: Race | None, earlier: Mapping[int, Costs],
+                     stop: Callable[[], str] | None = None) -> tuple[str, str, dict[int, Costs]]:
         """Every benchmark in turn, continuing its `earlier` pairs, until one is invalid or the
         candidate is raced out: the status, the reason ("" when neither), and each benchmark's
         pairs."""
@@ -307,7 +328,7 @@ class Evaluator:
             if race is not None:
                 race = replace(race, last=i == len(self.benchmarks) - 1)
             error, costs = self._measure(evaluation, bench, sampling, numerics, built, race,
-                                         earlier.get(bench.index))
+                                         earlier.get(bench.index), stop)
             costs_of[bench.index] = costs
             if error:
                 return INVALID, f"{bench.workload}: {error}", costs_of
@@ -368,10 +389,11 @@ class Evaluator:
         return hot_features(compiled.features, self.hot_kernels) if self.hot_kernels else compiled.features
 
     def _measure(self, evaluation: int, bench: Benchmark, sampling: Sampling, numerics: bool,
-                 built: Built, race: Race | None, earlier: Costs | None = None) -> tuple[str, Costs]:
+                 built: Built, race: Race | None, earlier: Costs | None = None,
+                 stop: Callable[[], str] | None = None) -> tuple[str, Costs]:
         """Paired runs on the candidate's worker until the comparison is decided or precise, or
         the candidate is raced out, continuing the `earlier` pairs (a probe); returns the
-        candidate's error and the paired costs."""
+        candidate's error and the paired costs.  Raises _Stopped when `stop` says why."""
         worker, slot = built.worker, built.compiled.slot
         timeout = self._timeout(bench)
         costs: dict[str, tuple[list[float], list[float]]] = {
@@ -412,6 +434,8 @@ class Evaluator:
                     pair[1].append(base_by_entry[c.workload].cost or 0.0)
                 if sampling_done(costs, rep + 1, sampling, time.monotonic() - start, race):
                     break
+                if stop is not None and (why := stop()):
+                    raise _Stopped(why)
             return "", costs
         finally:
             self._warn_slowdowns(bench, slowed, runs_done)

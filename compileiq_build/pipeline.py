@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from compileiq_build.evaluate import Built, Evaluator
 from compileiq_build.progress import Reporter
 from compileiq_build.space import Config, FlagSpace, config_key
+from compileiq_build.store import INTERRUPTED
 from compileiq_build.strategies import Candidate, Context, Proposal, Strategy, Trial
 from compileiq_build.workers import Worker
 
@@ -197,8 +198,12 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     report.evaluating(name, done, config_key(config), best)
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config),
-                                                 proposed_by=proposal.phase)
-                    report.outcome(name, outcome, proposal.phase)
+                                                 proposed_by=proposal.phase, stop=proposals.halt)
+                    if outcome.evaluation.status == INTERRUPTED:
+                        report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
+                                    "(the same command resumes the search and measures it again)")
+                    else:
+                        report.outcome(name, outcome, proposal.phase)
                     free.append(built.compiled.slot)
                 finally:
                     proposals.done(config)

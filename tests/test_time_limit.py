@@ -76,3 +76,24 @@ def test_each_target_searches_in_its_share_of_the_time_left(cxx_project, configu
     assert tuner._share_of_time(3) == pytest.approx(time.monotonic(), abs=1)
     assert Tuner(cxx_project / "build", TuneOptions(), Reporter(quiet=True))._share_of_time(2) is None
 
+
+
+def test_a_measurement_the_time_limit_reaches_is_stopped_and_not_counted(cxx_project, configure):
+    """Found on ggml with --time-limit: a candidate measured when the time ran out took its 20
+    pairs of benchmark processes (minutes) before the search could stop. It now stops after the
+    pair in progress, keeps its pairs, and is not counted: the same command measures it again."""
+    out = io.StringIO()
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], Reporter(Console(file=out, width=200)))
+
+    def halt() -> str:  # the time runs out once the candidate's first pair is measured
+        rows = store.evaluations("saxpy", phase="search")
+        return "time limit reached" if rows and store.samples(rows[0].id) else ""
+
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=halt)
+    run_search(evaluator, evaluator.workers, proposals, evaluator.report, overlap=False)
+    [row] = store.evaluations("saxpy", phase="search")
+    assert row.status == "interrupted" and row.reason == "measuring stopped: time limit reached"
+    assert {rep for _, _, rep, _, _ in store.samples(row.id)} == {0}  # the pair in progress, kept
+    assert Tuner._trials(evaluator) == []  # not counted: a later run measures it again
+    assert "CXX:O=2: measuring stopped: time limit reached; not counted" in out.getvalue()
+    store.close()
