@@ -278,7 +278,7 @@ class Evaluator:
         strategy's phase that proposed it (phase search).  `stop`, asked after every pair, says
         why to stop measuring (the search's time is up) or ""; a candidate stopped so is recorded
         as interrupted: its pairs stay, it is not counted, and a later run measures it again, as
-        after Ctrl-C."""
+        after a kill.  (Ctrl-C lets the evaluation in flight finish.)"""
         sampling = sampling or self.sampling
         key = config_key(config)
         parent = reduced_from.config_key if reduced_from else ""

@@ -46,13 +46,15 @@ class Proposals:
     def __init__(self, strategy: Strategy, space: FlagSpace,
                  history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
                  halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None,
-                 compile_ahead: int = 0) -> None:
+                 compile_ahead: int = 0, out_of_time: Callable[[], str] = lambda: "") -> None:
         self.strategy = strategy
         self.space = space
         self.history = history  # the search so far, from the store: trials, and the compiled candidates
         self.budget = budget
         self.max_candidates = max_candidates or CANDIDATES_PER_EVALUATION * budget
         self.halt = halt  # why to stop now (interrupted, out of time), or ""
+        # Why to stop even a measurement in progress (its time is up; Ctrl-C lets it finish).
+        self.out_of_time = out_of_time
         self.baseline_code = baseline_code
         self.in_flight: dict[str, tuple[Proposal, str]] = {}  # key -> (proposal, code once compiled)
         self.finished = ""  # why the search ended, once it has
@@ -198,7 +200,7 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     report.evaluating(name, done, config_key(config), best)
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config),
-                                                 proposed_by=proposal.phase, stop=proposals.halt)
+                                                 proposed_by=proposal.phase, stop=proposals.out_of_time)
                     if outcome.evaluation.status == INTERRUPTED:
                         report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
                                     "(the same command resumes the search and measures it again)")

@@ -493,9 +493,7 @@ class Tuner:
     def _search(self, evaluator: Evaluator, space: FlagSpace, targets_left: int) -> None:
         until = self._share_of_time(targets_left)
 
-        def halt() -> str:
-            if self.interrupt["stop"]:
-                return "stopped by Ctrl-C"
+        def out_of_time() -> str:
             reserve = self._validation_reserve(evaluator)
             if not self.out_of_time(reserve, until):
                 return ""
@@ -504,6 +502,9 @@ class Tuner:
                 return f"its share of the time limit is used ({targets_left} targets were left){kept}"
             return f"time limit reached{kept}"
 
+        def halt() -> str:
+            return "stopped by Ctrl-C" if self.interrupt["stop"] else out_of_time()
+
         prior = self._prior(evaluator)
         if prior and self.options.strategy == "model":
             self.report.note(f"{evaluator.target.name}: the search starts from {len(prior)} evaluations "
@@ -511,7 +512,7 @@ class Tuner:
         strategy = make_strategy(self.options.strategy, self.options.seed, prior)
         proposals = Proposals(strategy, space, lambda: self._history(evaluator), self.options.budget, halt,
                               evaluator.baseline_digest, self.options.max_candidates,
-                              self.options.compile_ahead)
+                              self.options.compile_ahead, out_of_time)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,
                    overlap="CUDA" in evaluator.target.languages)

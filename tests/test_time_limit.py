@@ -89,7 +89,8 @@ def test_a_measurement_the_time_limit_reaches_is_stopped_and_not_counted(cxx_pro
         rows = store.evaluations("saxpy", phase="search")
         return "time limit reached" if rows and store.samples(rows[0].id) else ""
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=halt)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=halt,
+                          out_of_time=halt)
     run_search(evaluator, evaluator.workers, proposals, evaluator.report, overlap=False)
     [row] = store.evaluations("saxpy", phase="search")
     assert row.status == "interrupted" and row.reason == "measuring stopped: time limit reached"
