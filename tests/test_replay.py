@@ -184,3 +184,19 @@ def test_compiling_ahead_is_what_lets_the_model_reach_the_gemm_optimum():
     blind = search_replay.replay(table, budget=20, seeds=2, strategies=["model"], ahead=0)["model"]
     ahead = search_replay.replay(table, budget=20, seeds=2, strategies=["model"], ahead=5)["model"]
     assert blind["short_of_95"] == 2 and ahead["short_of_95"] == 0
+
+
+def test_an_open_replay_measures_distinct_codes_of_the_whole_space():
+    """benchmarks.open_replay: the model may propose any configuration of the default CUDA
+    space, as in `tune`; a code measured before costs nothing, and no search beats the optimum
+    of the whole space."""
+    from benchmarks import open_replay
+    from benchmarks.synthetic import Landscape
+
+    land = Landscape(random.Random(3))
+    best = open_replay.optimum(land)
+    times = open_replay.run(land, budget=8, seed=0, ahead=3)
+    assert len(times) == 8 and len(set(times)) == 8  # one time per code: 8 distinct codes
+    assert min(times) >= best
+    result = open_replay.replay(3, budget=8, seeds=2, ahead=3)
+    assert result["runs"] == 2 and 0.0 <= result["fraction_at_budget"] <= 1.0
