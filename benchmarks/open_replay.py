@@ -18,16 +18,15 @@ space (120,960 configurations, each compiled).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import random
 import statistics
 import sys
 
-from benchmarks.synthetic import DIMS, Landscape
+from benchmarks.synthetic import DIMS, Landscape, code_label
 from compileiq_build.pipeline import CANDIDATES_PER_EVALUATION
-from compileiq_build.space import DEFAULT, FlagSpace, dimensions_for
+from compileiq_build.space import DEFAULT, FlagSpace, config_key, dimensions_for
 from compileiq_build.strategies import Candidate, Context, Proposal, Trial
 from compileiq_build.strategies.model import ModelGuided
 
@@ -39,10 +38,6 @@ def _plain(config: dict[str, str]) -> dict[str, str]:
     the landscape takes it."""
     full = SPACE.full_config(config)
     return {d.name: full[d.key] for d in SPACE.dimensions}
-
-
-def _label(code: tuple) -> str:
-    return hashlib.sha256(repr(code).encode()).hexdigest()[:16]
 
 
 def optimum(land: Landscape) -> float:
@@ -65,15 +60,15 @@ def run(land: Landscape, budget: int, seed: int, ahead: int) -> list[float]:
     times: list[float] = []
 
     def compile_(config: dict[str, str]) -> tuple:
-        key = repr(sorted(SPACE.full_config(config).items()))
+        key = config_key(SPACE.full_config(config))
         if key not in compiled:
             code, features = land.compile(_plain(config))
             compiled[key] = (config, code, features)
         return compiled[key][1]
 
     def context() -> Context:
-        known = [Candidate(c, _label(code), f) for c, code, f in compiled.values()]
-        return Context(SPACE, history, known, budget=budget, baseline_code=_label(base_code))
+        known = [Candidate(c, code_label(code), f) for c, code, f in compiled.values()]
+        return Context(SPACE, history, known, budget=budget, baseline_code=code_label(base_code))
 
     # As in `tune`, proposals that keep compiling to measured codes end the search after
     # CANDIDATES_PER_EVALUATION compiles per evaluation of the budget.
@@ -88,7 +83,8 @@ def run(land: Landscape, budget: int, seed: int, ahead: int) -> list[float]:
             measured[code] = land.time(code)
             times.append(measured[code])
         ratio = measured[code] / base
-        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=_label(code), phase=proposal.phase))
+        history.append(Trial(proposal.config, ratio, ratio < 1.0, code=code_label(code),
+                             phase=proposal.phase))
     return times
 
 

@@ -116,6 +116,11 @@ class Landscape:
         return t * (1 + self.noise[code])
 
 
+def code_label(code: tuple) -> str:
+    """A landscape's code as a table's `code` column holds it: an opaque label."""
+    return hashlib.sha256(repr(code).encode()).hexdigest()[:16]
+
+
 def _rows(rng: random.Random, count: int) -> list[dict[str, str]]:
     base = {n: DEFAULT for n in DIMS}
     rows = [base] + [{**base, n: v} for n, values in DIMS.items() for v in values]
@@ -138,9 +143,8 @@ def write_table(path: Path, seed: int, count: int = 261) -> None:
         w = csv.writer(f)
         w.writerow([*sorted(DIMS), "code", *(f"feature:{n}" for n in names), "time"])
         for row, (code, feats) in zip(rows, compiled, strict=True):
-            label = hashlib.sha256(repr(code).encode()).hexdigest()[:16]
-            w.writerow([*(row[n] for n in sorted(DIMS)), label, *(feats.get(n, 0.0) for n in names),
-                        f"{land.time(code):.6g}"])
+            w.writerow([*(row[n] for n in sorted(DIMS)), code_label(code),
+                        *(feats.get(n, 0.0) for n in names), f"{land.time(code):.6g}"])
 
 
 def main(argv: list[str] | None = None) -> int:
