@@ -6,7 +6,8 @@ it did what the closed replays could not show (benchmarks/results/search/large/R
 session 8).  Here a landscape of `benchmarks.synthetic` answers any configuration: compiling it
 gives its code and features, measuring it the code's time (noise fixed per code).  Evaluations
 count distinct codes measured, as in `tune` (which also ends a search after ten proposals per
-evaluation of the budget); `--compile-ahead K` names K configurations per
+evaluation of the budget, and measures a compiled proposal only if the strategy's `vet`
+admits it); `--compile-ahead K` names K configurations per
 evaluation to compile (the strategy's `scout`), and the model knows the code and features of
 those and of every configuration it measured.  The optimum is the best code of the whole
 space (120,960 configurations, each compiled).
@@ -72,13 +73,18 @@ def run(land: Landscape, budget: int, seed: int, ahead: int) -> list[float]:
 
     # As in `tune`, proposals that keep compiling to measured codes end the search after
     # CANDIDATES_PER_EVALUATION compiles per evaluation of the budget.
-    while len(times) < budget and len(history) < CANDIDATES_PER_EVALUATION * budget:
+    turned_down = 0  # proposals compiled and not measured (the strategy's `vet`)
+    while len(times) < budget and len(history) + turned_down < CANDIDATES_PER_EVALUATION * budget:
         for config in strategy.scout(context(), ahead) if ahead else ():
             compile_(config)
         proposal = strategy.propose(context())
         if not isinstance(proposal, Proposal):
             break
         code = compile_(proposal.config)
+        features = compiled[config_key(SPACE.full_config(proposal.config))][2]
+        if strategy.vet(context(), proposal, Candidate(proposal.config, code_label(code), features)):
+            turned_down += 1
+            continue
         if code not in measured:  # a code measured before costs no evaluation
             measured[code] = land.time(code)
             times.append(measured[code])

@@ -192,7 +192,7 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         return Context(space, history, known, closed=True, budget=budget,
                        baseline_code=table.codes[table.baseline])
 
-    scout = getattr(strategy, "scout", None)
+    scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
     while bench.left > 0:
         if ahead and scout is not None:
             for config in scout(context(), ahead):
@@ -204,8 +204,11 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         row = table.index(_plain(proposal.config))
         if row is None:
             raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
+        revealed.add(row)  # compiled: as in `tune`, measured only if the strategy's `vet` admits it
+        if vet is not None and vet(context(), proposal, Candidate(_keyed(table.rows[row]), table.codes[row],
+                                                                  table.features[row])):
+            continue
         ratio = bench.measure(row) / base
-        revealed.add(row)
         history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],
                              phase=proposal.phase))
     return bench.measured

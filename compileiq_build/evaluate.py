@@ -256,17 +256,23 @@ class Evaluator:
         """Compile a configuration ahead in the worker's scout tree, the target alone (no
         executable linked), and record its code and features (phase scout): the strategy knows
         them before it chooses what to measure.  Returns the digest ('' when it did not build)."""
-        row = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys, config_key(config),
-                                          config, flags, strategy, SCOUT, worker=worker.name)
         compiled = worker.build(SCOUT_SLOT, self.target.name, flags, [self.target.cmake_target],
                                 self._build_timeout, self.jobs)
+        self.record_compiled(config, flags, strategy, compiled, worker)
+        return compiled.digest if compiled.result.ok else ""
+
+    def record_compiled(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]], strategy: str,
+                        compiled: Compiled, worker: Worker, why: str = "") -> None:
+        """Store a compiled configuration that is not measured (phase scout): its code and
+        features, or its build failure; `why` it is not measured, where it was proposed."""
+        row = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys, config_key(config),
+                                          config, flags, strategy, SCOUT, worker=worker.name)
         if not compiled.result.ok:
             self.store.finish_evaluation(row, BUILD_FAILED, _last_lines(compiled.result.log),
                                          compiled.result.seconds)
-            return ""
-        self.store.set_code(row, compiled.digest, self._features(compiled), None)
-        self.store.finish_evaluation(row, COMPILED, "", compiled.result.seconds)
-        return compiled.digest
+            return
+        self.store.set_code(row, compiled.digest, self.features(compiled), None)
+        self.store.finish_evaluation(row, COMPILED, why, compiled.result.seconds)
 
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
@@ -381,10 +387,10 @@ class Evaluator:
                 twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
                              if r.digest == digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
-        self.store.set_code(evaluation, digest, self._features(built.compiled), twin)
+        self.store.set_code(evaluation, digest, self.features(built.compiled), twin)
         return twin
 
-    def _features(self, compiled: Compiled) -> dict[str, float]:
+    def features(self, compiled: Compiled) -> dict[str, float]:
         """What the model sees of a build: the features of the profiled hot kernels, where known."""
         return hot_features(compiled.features, self.hot_kernels) if self.hot_kernels else compiled.features
 

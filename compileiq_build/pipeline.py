@@ -13,6 +13,10 @@ tree compiles the configurations the strategy names next, one at a time, up to
 `compile_ahead` per evaluation of the budget.  Each is stored with its machine code and
 compile-time features (phase scout) and reaches the strategy as a known candidate: its code
 may be one measured already (no GPU time then), and the model predicts it from its features.
+
+Vetting (a strategy with `vet`): a proposal, once compiled, goes to the GPU only if the
+strategy still wants it now that its code and features are known; one it turns down is stored
+as compiled and not measured (phase scout), and counts against the candidate bound.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 
 from compileiq_build.evaluate import Built, Evaluator
 from compileiq_build.progress import Reporter
@@ -60,6 +65,7 @@ class Proposals:
         self.finished = ""  # why the search ended, once it has
         self.ahead_limit = compile_ahead * budget  # configurations compiled ahead, at most
         self.ahead: dict[str, str] = {}  # compiled ahead in this run: key -> code ('' did not build)
+        self.turned_down = 0  # proposals compiled in this run and not measured (`vet`)
         self._cond = threading.Condition()
 
     def context(self) -> Context:
@@ -87,7 +93,8 @@ class Proposals:
                     self._finish(why)
                     break
                 context = self.context()
-                if context.spent >= self.budget or len(context.history) >= self.max_candidates:
+                if (context.spent >= self.budget
+                        or len(context.history) + self.turned_down >= self.max_candidates):
                     if not self.in_flight:
                         self._finish(f"budget of {self.budget} evaluations reached"
                                      if context.spent >= self.budget
@@ -104,6 +111,21 @@ class Proposals:
                     return None
                 self._cond.wait()
             return None
+
+    def vet(self, proposal: Proposal, candidate: Candidate) -> str:
+        """Why the strategy turns down a proposal now that it is compiled (its `vet`), or ""."""
+        vet = getattr(self.strategy, "vet", None)
+        if vet is None:
+            return ""
+        key = config_key(proposal.config)
+        with self._cond:
+            context = self.context()
+        history = [t for t in context.history if config_key(t.config) != key]
+        why = vet(replace(context, history=history, known=[*context.known, candidate]), proposal, candidate)
+        if why:
+            with self._cond:
+                self.turned_down += 1
+        return why
 
     def next_ahead(self) -> Config | None:
         """The next configuration to compile ahead, or None (no `scout`, nothing to name, done)."""
@@ -196,6 +218,13 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     if proposals.finished or proposals.halt():
                         continue  # stopping: compiled but not measured, nothing is recorded
                     built = future.result()
+                    if built.result.ok and (why := proposals.vet(proposal, Candidate(
+                            config, built.compiled.digest, evaluator.features(built.compiled)))):
+                        evaluator.record_compiled(config, space.flags(config), strategy.name, built.compiled,
+                                                  built.worker, why)
+                        report.note(f"{name}: {config_key(config)} ({proposal.phase}): {why}; not measured")
+                        free.append(built.compiled.slot)
+                        continue
                     done, best = proposals.progress()
                     report.evaluating(name, done, config_key(config), best)
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,

@@ -6,10 +6,11 @@ after a new best configuration."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
-from compileiq_build.strategies import Candidate, Context, Stop, Trial
-from compileiq_build.strategies.model import ModelGuided, _spilling
+from compileiq_build.strategies import Candidate, Context, Proposal, Stop, Trial
+from compileiq_build.strategies.model import ModelGuided, _spilling, screening_moves
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),
@@ -190,3 +191,68 @@ def test_codes_that_spill_are_not_proposed_until_one_that_spills_was_faster():
     slower = Context(SPACE, [Trial(spilling, 1.3, False, code=config_key(SPACE.full_config(spilling)))],
                      known, closed=True, budget=20, baseline_code=config_key(SPACE.default_config()))
     assert _spilling(slower, pool).all()
+
+
+def _open_search(model: ModelGuided, spills, outcome, budget: int) -> tuple[list[Trial], int]:
+    """An open search as `tune` runs it: the one-option moves compiled ahead, every proposal
+    compiled (its code and features known) and measured only if the model's `vet` admits it.
+    The trials, and how many proposals were turned down."""
+    def candidate(c: Config) -> Candidate:
+        features = {"all:spill_bytes": spills(c), "all:registers": 64 - spills(c) / 2}
+        return Candidate(c, config_key(c), features)
+
+    compiled = {config_key(m): candidate(m) for m in screening_moves(SPACE)}
+    history: list[Trial] = []
+    turned_down = 0
+    while len(history) < budget and turned_down < 10 * budget:
+        context = Context(SPACE, list(history), list(compiled.values()), budget=budget,
+                          baseline_code=config_key(SPACE.default_config()))
+        result = model.propose(context)
+        if isinstance(result, Stop):
+            break
+        config = SPACE.full_config(result.config)
+        compiled[config_key(config)] = candidate(config)
+        if model.vet(replace(context, known=list(compiled.values())), result, compiled[config_key(config)]):
+            turned_down += 1
+            continue
+        r = outcome(config)
+        history.append(Trial(config, r, r < 0.999, code=config_key(config), phase=result.phase))
+    return history, turned_down
+
+
+def test_an_open_search_does_not_measure_what_a_compiled_configuration_shows_to_spill():
+    """tune's trap on the H200 (session 8): register caps that spill had been compiled, not
+    measured; the model proposed other configurations with those caps, not compiled yet, which
+    the spill rule could not see (0.10x, 0.90x, 0.10x).  Here R=2 and R=3 spill whatever else
+    is set (50% slower), and the budget leaves their one-option moves to the model.  Without
+    the prediction below and `vet`, it measures a spilling proposal of its own (1.49x); with
+    `vet` alone it turns down 11 proposals (a compile each) before it finds others.
+    Configurations not compiled are predicted from those compiled (a value seen spilling,
+    nothing else to blame), and a proposal whose code spills is not measured."""
+    def spills(c: Config) -> float:
+        return 64.0 if c["T:R"] in ("2", "3") else 0.0
+
+    def slow(c: Config) -> float:
+        return ratio(c) + (0.5 if spills(c) else 0.0)
+
+    history, turned_down = _open_search(ModelGuided(seed=0), spills, slow, budget=10)
+    assert len(history) == 10 and turned_down == 0
+    assert [t.phase for t in history if spills(SPACE.full_config(t.config))] == ["screen"]
+    # A configuration not compiled: predicted to spill where its cap did, not elsewhere.
+    compiled = [Candidate(m, config_key(m), {"all:spill_bytes": spills(m)}) for m in screening_moves(SPACE)]
+    context = Context(SPACE, known=compiled, budget=10)
+    uncompiled = [{**SPACE.default_config(), "T:R": r, "T:X": "on", "T:S": "b"}
+                  for r in (DEFAULT, "1", "2", "3")]
+    assert _spilling(context, uncompiled).tolist() == [False, False, True, True]
+
+
+def test_vet_turns_down_only_the_models_own_proposals_of_spilling_code():
+    spilling = {**SPACE.default_config(), "T:R": "3"}
+    known = [Candidate(SPACE.default_config(), "base", {"all:spill_bytes": 0.0}),
+             Candidate(spilling, "s", {"all:spill_bytes": 64.0})]
+    context = Context(SPACE, known=known, budget=8, baseline_code="base")
+    for phase in ("model", "local"):
+        assert "spills 64 bytes" in ModelGuided.vet(context, Proposal(spilling, phase), known[1])
+    assert ModelGuided.vet(context, Proposal(spilling, "screen"), known[1]) == ""  # screening measures it
+    measured = replace(context, history=[Trial(spilling, 1.4, False, code="s")])
+    assert ModelGuided.vet(measured, Proposal(spilling, "model"), known[1]) == ""  # its code costs nothing

@@ -7,6 +7,7 @@ not see: it only hands out proposals and measures on whichever worker built them
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import subprocess
 import sys
@@ -20,9 +21,9 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
-from compileiq_build.space import Dimension, FlagSpace, config_key
+from compileiq_build.space import DEFAULT, Dimension, FlagSpace, config_key
 from compileiq_build.store import COMPILED, SCOUT
-from compileiq_build.strategies import Candidate, Context, Exhaustive, RandomSearch, Trial
+from compileiq_build.strategies import Candidate, Context, Exhaustive, Proposal, RandomSearch, Stop, Trial
 from compileiq_build.strategies.model import ModelGuided, screening_moves
 from compileiq_build.tune import TuneOptions, Tuner
 from compileiq_build.workers import LocalWorker
@@ -193,3 +194,45 @@ def test_the_model_names_the_screening_moves_to_come_then_its_best_bounds():
     tried = {config_key(SPACE.full_config(m)) for m in moves}
     assert named and all(config_key(SPACE.full_config(c)) not in tried for c in named)
     assert strategy.scout(Context(SPACE, spent, closed=True, budget=4), 3) == []
+
+
+class _Choosy:
+    """Every configuration in turn, turning down those at -O1 once compiled (its `vet`), and not
+    proposing again one it turned down (a compiled configuration is a known candidate)."""
+
+    name = "choosy"
+
+    def propose(self, context: Context) -> Proposal | Stop:
+        known = set(context.codes)
+        dims = context.space.dimensions
+        for values in itertools.product(*((DEFAULT, *d.values) for d in dims)):
+            config = dict(zip((d.key for d in dims), values, strict=True))
+            if context.fresh(config) and not (config["CXX:O"] == "1" and config_key(config) in known):
+                return Proposal(config, "choosy")
+        return Stop("every configuration was proposed")
+
+    @staticmethod
+    def vet(context: Context, proposal: Proposal, candidate: Candidate) -> str:
+        assert candidate.code and config_key(context.space.full_config(candidate.config)) in context.codes
+        return "a test turns -O1 down" if candidate.config["CXX:O"] == "1" else ""
+
+
+def test_a_proposal_its_strategy_turns_down_once_compiled_is_stored_and_not_measured(cxx_project, configure):
+    """Real g++ builds: a compiled proposal that `vet` turns down is stored with its code
+    (phase scout, the reason with it), runs no benchmark, and counts against the candidate bound."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    proposals = Proposals(_Choosy(), SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "")
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    searched = store.evaluations("saxpy", phase="search")
+    down = store.evaluations("saxpy", phase=SCOUT)
+    assert len(searched) == SPACE.size - 1 - 2 and all(r.config.get("CXX:O") != "1" for r in searched)
+    assert len(down) == proposals.turned_down == 2  # -O1, with and without -funroll-loops
+    assert all(r.config["CXX:O"] == "1" and r.status == COMPILED and r.digest
+               and r.reason == "a test turns -O1 down" and not store.samples(r.id) for r in down)
+    _, known = Tuner._history(evaluator)
+    assert {r.config_key for r in down} <= {config_key(SPACE.full_config(c.config)) for c in known}
+    # The candidate bound counts them.
+    bounded = Proposals(_Choosy(), SPACE, lambda: ([], []), budget=100, halt=lambda: "", max_candidates=2)
+    bounded.turned_down = 2
+    assert bounded.next(may_wait=False) is None and bounded.finished == "2 candidates compiled"
+    store.close()

@@ -137,7 +137,10 @@ class Context:
 
 class Strategy(Protocol):
     """A strategy may also name configurations to compile ahead while the GPU measures:
-    `scout(context, count) -> list[Config]` (pipeline.py); those without it are not."""
+    `scout(context, count) -> list[Config]` (pipeline.py); those without it are not.  And it
+    may look at a proposal once compiled, before the GPU measures it: `vet(context, proposal,
+    candidate) -> str` says why not to measure it ("": measure), `context` knowing the
+    candidate's code and features; a proposal it turns down stays a known candidate."""
 
     name: str
 

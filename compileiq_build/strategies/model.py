@@ -21,10 +21,14 @@ Each proposal names its phase, for the log:
 - **model**: the lowest confidence bound of the prediction (mean minus `kappa` standard
   deviations).
 
-Codes that spill more than the least-spilling code known are left out of the model's proposals
-until a measured code that spills more was faster than the baseline: their features lie far
-from every measured code, their wide interval would draw the bound to them, and spills to local
-memory are slowdowns but rarely.
+Codes that spill more than the least-spilling code known are left out of the model's and the
+local step's proposals until a measured code that spills more was faster than the baseline:
+their features lie far from every measured code, their wide interval would draw the bound to
+them, and spills to local memory are slowdowns but rarely.  Where a configuration is not
+compiled yet, an additive model of the spills over the options, fitted on every compiled
+configuration (measured or not), predicts them; `scout` still compiles such configurations
+ahead, so a wrong prediction is corrected before it costs the optimum.  And a proposal that
+compiles to code that spills more (`vet`) is not measured.
 
 While the GPU measures, `scout` names what to compile ahead: the screening moves to come, then
 the untried configurations of lowest bound whose code is unknown.  Their codes and features
@@ -60,7 +64,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
-from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
+from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
 
 # Cost ratio assumed for a configuration that failed to build or run, and the clip of measured
 # ones: 10% slower than the project's flags is simply bad, and how much worse (-maxrregcount=32
@@ -160,10 +164,11 @@ class ModelGuided:
             choice = int(np.argmin(mean))
             if mean[choice] < math.log(best):
                 return Proposal(pool[choice], "combine")
-        bound = np.where(_spilling(context, pool), np.inf, mean - self.kappa * std)
+        spilling = _spilling(context, pool)
+        bound = np.where(spilling, np.inf, mean - self.kappa * std)
         incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                         key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
-        if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean)) is not None:
+        if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean, spilling)) is not None:
             return Proposal(pool[local], "local")
         choice = int(np.argmin(bound))
         noise, measured_noise = self._noise(measured)
@@ -174,6 +179,17 @@ class ModelGuided:
             return Stop(f"the model predicts that no untried configuration beats the best so far "
                         f"({1 / best:.3f}x) by more than {what} ({100 * noise:.2f}%)")
         return Proposal(pool[choice], "model")
+
+    @staticmethod
+    def vet(context: Context, proposal: Proposal, candidate: Candidate) -> str:
+        """Why not to measure a proposal of the model or the local step now compiled: its code
+        spills more than the least-spilling code known (the spill rule), or ""."""
+        if proposal.phase not in ("model", "local") or candidate.code in context.by_code:
+            return ""  # screening measures spills on purpose; a measured code costs nothing
+        if not _spilling(context, [context.space.full_config(candidate.config)])[0]:
+            return ""
+        return (f"its code spills {_spill_bytes(candidate.features):.0f} bytes, more than the "
+                f"least-spilling code known (the spill rule)")
 
     def scout(self, context: Context, count: int) -> list[Config]:
         """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
@@ -309,25 +325,49 @@ class ModelGuided:
         return min(candidates, key=lambda i: bound[i]) if candidates else None
 
 
+def _spill_bytes(features: Mapping[str, float]) -> float:
+    return features.get("all:spill_bytes", features.get("spill_bytes", math.nan))
+
+
 def _spilling(context: Context, pool: Sequence[Config]) -> np.ndarray:
     """Which pool configurations compile to code that spills more than the least-spilling code
     known, while no measured code that spills more was faster than the baseline.  The model
     would explore them (their features lie far from every measured code), and spills to local
-    memory are slowdowns but rarely (benchmarks/results/search/compile_ahead/)."""
-    def spills(configs: Sequence[Config]) -> list[float]:
-        return [f.get("all:spill_bytes", f.get("spill_bytes", math.nan))
-                for f in _features(context, configs, totals=False)]
+    memory are slowdowns but rarely (benchmarks/results/search/compile_ahead/).  Where a
+    configuration's code is not compiled, `_predicted_spills` decides."""
+    def spills(configs: Sequence[Config]) -> np.ndarray:
+        return np.array([_spill_bytes(f) for f in _features(context, configs, totals=False)], dtype=float)
 
-    known = [v for v in spills([context.space.full_config(c.config) for c in context.known])
-             if not math.isnan(v)]
-    if not known:
+    compiled = [context.space.full_config(c.config) for c in context.known]
+    known = spills(compiled)
+    if np.isnan(known).all():
         return np.zeros(len(pool), dtype=bool)
-    least = min(known)
+    least = float(np.nanmin(known))
     measured = spills([c for c, _ in context.measured])
     if any(v > least and t.ratio is not None and t.ratio < 1.0
            for v, (_, t) in zip(measured, context.measured, strict=True)):
         return np.zeros(len(pool), dtype=bool)
-    return np.array([v > least for v in spills(pool)], dtype=bool)
+    values = spills(pool)
+    unknown = np.isnan(values)
+    if unknown.any():
+        keep = ~np.isnan(known)
+        values[unknown] = _predicted_spills(
+            context.space, [c for c, k in zip(compiled, keep, strict=True) if k], known[keep], least,
+            [c for c, u in zip(pool, unknown, strict=True) if u])
+    return values > least
+
+
+def _predicted_spills(space: FlagSpace, compiled: Sequence[Config], spills: np.ndarray, least: float,
+                      configs: Sequence[Config]) -> np.ndarray:
+    """Spill bytes of configurations not compiled yet, from those compiled: ridge regression of
+    log(1 + spills beyond the least) on one-hot option values (a register cap spills whatever
+    else is set), so that a value seen spilling once, with nothing else to blame, is predicted
+    to spill.  Below one byte beyond the least, the prediction is the least."""
+    x, xp = _one_hot(space, compiled), _one_hot(space, configs)
+    y = np.log1p(spills - least)
+    effects = np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
+    excess = np.expm1(xp @ effects)
+    return least + np.where(excess > 1.0, excess, 0.0)
 
 
 def _screening(context: Context) -> bool:
@@ -335,13 +375,15 @@ def _screening(context: Context) -> bool:
     return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
 
 
-def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray) -> int | None:
+def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
+               spilling: np.ndarray) -> int | None:
     """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
-    unless a local proposal followed the incumbent already and did not compile to the
-    incumbent's own code.  Nearest: by the distance of their compile-time features where both
-    are compiled (any that is not comes after), then by the options changed from the incumbent;
-    ties go to the better predicted mean (this step exploits).  Decided from the history alone,
-    so that a resumed run, or one with proposals in flight, decides alike."""
+    among those not left out for spilling (`_spilling`), unless a local proposal followed the
+    incumbent already and did not compile to the incumbent's own code.  Nearest: by the
+    distance of their compile-time features where both are compiled (any that is not comes
+    after), then by the options changed from the incumbent; ties go to the better predicted mean
+    (this step exploits).  Decided from the history alone, so that a resumed run, or one with
+    proposals in flight, decides alike."""
     key = config_key(incumbent)
     configs = [config_key(context.space.full_config(t.config)) for t in context.history]
     since = next((i for i, k in enumerate(configs) if k == key), len(configs))
@@ -352,7 +394,8 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     z = _standardized_features(context, [incumbent, *pool])
     distance = np.nan_to_num(((z[1:] - z[0]) ** 2).sum(1), nan=math.inf)
     changed = [len(_changed(c, incumbent)) for c in pool]
-    return int(np.lexsort((mean, changed, distance))[0])
+    order = [i for i in np.lexsort((mean, changed, distance)) if not spilling[i]]
+    return int(order[0]) if order else None
 
 
 def _standardized_features(context: Context, configs: Sequence[Config]) -> np.ndarray:
