@@ -194,7 +194,8 @@ class ModelGuided:
     def scout(self, context: Context, count: int) -> list[Config]:
         """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
         compile-time features inform the choice before they are measured: while screening, the
-        moves to come; then the untried configurations of lowest bound whose code is unknown."""
+        moves to come; then the untried configurations of lowest bound whose code is unknown,
+        those predicted to spill last."""
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
         if _screening(context):
@@ -203,12 +204,14 @@ class ModelGuided:
                      and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
-        rng = random.Random(f"{self.seed}:ahead:{len(context.history)}:{len(context.known)}")
+        rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
         pool = [c for c in self._pool(context, rng) if config_key(c) not in known]
         if not pool:
             return []
         mean, std = self._predict(context, [], pool)
-        return [pool[i] for i in np.argsort(mean - self.kappa * std, kind="stable")[:count]]
+        # Those left out for spilling (predicted, as none is compiled) come last, as in `propose`.
+        bound = np.where(_spilling(context, pool), np.inf, mean - self.kappa * std)
+        return [pool[i] for i in np.argsort(bound, kind="stable")[:count]]
 
     # -- phases -------------------------------------------------------------------
     def _transfer(self, context: Context, prior: Sequence[tuple[Config, Trial]]) -> Config | None:
