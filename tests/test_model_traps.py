@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.strategies import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.strategies.model import ModelGuided, _spilling, screening_moves
+from compileiq_build.strategies.model import FREE_STREAK, ModelGuided, _spilling, screening_moves
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),
@@ -251,8 +251,40 @@ def test_vet_turns_down_only_the_models_own_proposals_of_spilling_code():
     known = [Candidate(SPACE.default_config(), "base", {"all:spill_bytes": 0.0}),
              Candidate(spilling, "s", {"all:spill_bytes": 64.0})]
     context = Context(SPACE, known=known, budget=8, baseline_code="base")
-    for phase in ("model", "local"):
+    for phase in ("combine", "local", "model"):
         assert "spills 64 bytes" in ModelGuided.vet(context, Proposal(spilling, phase), known[1])
     assert ModelGuided.vet(context, Proposal(spilling, "screen"), known[1]) == ""  # screening measures it
     measured = replace(context, history=[Trial(spilling, 1.4, False, code="s")])
     assert ModelGuided.vet(measured, Proposal(spilling, "model"), known[1]) == ""  # its code costs nothing
+
+
+def test_the_model_stops_when_its_proposals_keep_compiling_to_measured_code():
+    """The sample nbody on the H200 (session 9): most options leave its code as it is, and after
+    the optimum the model's proposals compiled to measured code 77 times in a row, a compile
+    each, until the time limit.  Here only O and X change the code, among five options; without
+    the rule the model goes on to 200 proposals (tune's candidate bound at budget 20)."""
+    wide = FlagSpace((SPACE.dimensions[0], SPACE.dimensions[3],
+                      Dimension("T", "P", tuple(str(i) for i in range(8)), "-P{v}", 2),
+                      Dimension("T", "Q", tuple("abcdef"), "-Q{v}", 2),
+                      Dimension("T", "U", tuple("uvwxyz"), "-U{v}", 2)))
+
+    def code(c: Config) -> str:
+        return f"O={c['T:O']} X={c['T:X']}"
+
+    def cost(c: Config) -> float:
+        return 1.0 - (0.01 if c["T:O"] == "1" else 0.0) - (0.005 if c["T:X"] == "on" else 0.0)
+
+    history: list[Trial] = []
+    while len(history) < 200:
+        context = Context(wide, list(history), budget=20, baseline_code=code(wide.default_config()))
+        result = ModelGuided(seed=0).propose(context)
+        if isinstance(result, Stop):
+            break
+        config = wide.full_config(result.config)
+        r = cost(config)
+        history.append(Trial(config, r, r < 0.999, code=code(config), phase=result.phase))
+    assert isinstance(result, Stop)
+    assert result.reason == f"its last {FREE_STREAK} proposals compiled to machine code measured before"
+    assert len({t.code for t in history}) == 4 and min(t.ratio for t in history) == 0.985  # every code
+    earlier = {t.code for t in history[:-FREE_STREAK]} | {code(wide.default_config())}
+    assert all(t.code in earlier and t.phase in ("combine", "local", "model") for t in history[-FREE_STREAK:])
