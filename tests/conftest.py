@@ -24,12 +24,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def pytest_collection_modifyitems(config, items):
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
     if environment.detect_gpus():
+        for item in gpu_tests:  # one pytest-xdist worker runs them all, one at a time
+            item.add_marker(pytest.mark.xdist_group("gpu"))
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi finds none)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    for item in gpu_tests:
+        item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
