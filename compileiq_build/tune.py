@@ -47,6 +47,7 @@ from compileiq_build.selection import (
     decide,
     finalists,
     outcomes,
+    pairs,
     pending_validation,
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
@@ -331,8 +332,16 @@ class Tuner:
             self.report.note(decision_note(decision, remeasured))
         for worker in workers:
             worker.reset()
+        # The file holds every target of the project the store has decided, not only this run's:
+        # tuning one target after another must not drop the flags of the first.
+        now = {(d.target, repr(sorted(d.arch_keys.items()))) for d in [*result.winners, *result.losers]}
+        names = {t.name for t in tree_project.targets}
+        earlier = [decide(store, name, keys) for name, keys in pairs(store)
+                   if name in names and (name, repr(sorted(keys.items()))) not in now]
         output = self._output()
-        write(output, render(result.winners, result.losers, self._provenance()))
+        write(output, render([*result.winners, *(d for d in earlier if isinstance(d, Winner))],
+                             [*result.losers, *(d for d in earlier if isinstance(d, NoWinner))],
+                             self._provenance()))
         result.toolchain = output
         return result
 

@@ -66,6 +66,16 @@ def test_tune_two_groups_and_the_toolchain_reaches_exactly_their_sources(groups_
     text = (groups_project / "compileiq-toolchain.cmake").read_text()
     for unit in ("kernels_alpha", "kernels_gamma"):
         assert re.search(rf"^set\(COMPILEIQ_FLAGS_{unit}_CXX_\w+\n  \[=\[-O[23]\]=\]", text, re.M), text
+    # Tuning one group again (its search is done: it is decided again) keeps the other's flags.
+    again = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--strategy",
+                            "staged", "--budget", "2", "--repeats", "3", "--targets", "kernels:alpha"],
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    def flag_blocks(toolchain: str) -> list[str]:
+        return re.findall(r"^set\(COMPILEIQ_FLAGS_\w+\n[^)]*\)", toolchain, re.M)
+
+    assert len(flag_blocks(text)) == 2
+    assert flag_blocks((groups_project / "compileiq-toolchain.cmake").read_text()) == flag_blocks(text)
 
     release, plain = groups_project / "release", groups_project / "plain"
     toolchain = groups_project / "compileiq-toolchain.cmake"

@@ -59,7 +59,7 @@ have missed an interaction).  It also stops after FREE_STREAK proposals in a row
 after screening) compiled to machine code measured before: where most options leave the code
 as it is (the sample nbody: 41 codes in 261 configurations), the bound keeps drawing it to
 configurations it has not compiled, which are then the same code again, a compile each (on the
-H200, 77 such compiles after the optimum was found, until the time limit; session 9).
+H200, 69 such compiles in a row after the optimum was found, until the time limit; session 9).
 """
 
 from __future__ import annotations
