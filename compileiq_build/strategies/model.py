@@ -31,9 +31,10 @@ spilling code out of combine too ended short where they had not (the recorded ge
 0.947 against 1.000; benchmarks/results/search/compile_ahead/, session 9): a combination
 measured spilling teaches the fit what the caps do.  Where a configuration is not
 compiled yet, an additive model of the spills over the options, fitted on every compiled
-configuration (measured or not), predicts them; `scout` still compiles such configurations
-ahead, so a wrong prediction is corrected before it costs the optimum.  And a proposal that
-compiles to code that spills more (`vet`) is not measured.
+configuration (measured or not), predicts them; `scout` names such configurations last, so a
+wrong prediction stands until other compiled configurations (every screening move is compiled
+ahead) correct it.  And a proposal that compiles to code that spills more (`vet`) is not
+measured.
 
 While the GPU measures, `scout` names what to compile ahead: the screening moves to come, then
 the untried configurations of lowest bound whose code is unknown.  Their codes and features
@@ -92,7 +93,7 @@ TRANSFER_SEEDS = 4
 # Standard deviations of the optimistic bound that the stop rule weighs (module docstring).
 STOP_KAPPA = 1.0
 FREE_STREAK = 10  # proposals in a row of measured code (module docstring): a budget evaluation's compiles
-MODEL_PHASES = ("combine", "local", "model")
+MODEL_PHASES = ("combine", "local", "model")  # the phases after screening
 
 
 def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
@@ -172,12 +173,12 @@ class ModelGuided:
             return Stop("every configuration of the space was measured")
         mean, std = self._predict(context, prior, pool)
         best = min([1.0, *(t.ratio for _, t in measured if t.ratio is not None)])
-        spilling = _spilling(context, pool)
         combined = sum(len(_changed(c, space.default_config())) > 1 for c, _ in measured)
         if combined < COMBINE:
             choice = int(np.argmin(mean))
             if mean[choice] < math.log(best):
                 return Proposal(pool[choice], "combine")
+        spilling = _spilling(context, pool)
         bound = np.where(spilling, np.inf, mean - self.kappa * std)
         incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                         key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
