@@ -20,6 +20,7 @@ from compileiq_build.selection import (
     Outcome,
     Winner,
     decide,
+    decisions,
     outcomes,
     pairs,
     portable_set,
@@ -37,10 +38,6 @@ def _open(build_dir: Path) -> Store:
         raise CompileIQError(f"no results in {build_dir} yet ({STORE} is missing). "
                              f"Run: python -m compileiq_build tune {build_dir}")
     return read_store(build_dir / STORE)
-
-
-def decisions(store: Store) -> list[Winner | NoWinner]:
-    return [decide(store, target, arch) for target, arch in pairs(store)]
 
 
 def pending_text(decision: Winner | NoWinner) -> str:

@@ -235,6 +235,11 @@ def pairs(store: Store) -> list[tuple[str, dict[str, str]]]:
     return [(target, arch) for target in targets for arch in arch_sets(store, target)]
 
 
+def decisions(store: Store) -> list[Winner | NoWinner]:
+    """What the store decides for every (target, architecture) it holds."""
+    return [decide(store, target, arch) for target, arch in pairs(store)]
+
+
 def _measured(store: Store, target: str, arch: dict[str, str], key: str) -> Outcome | None:
     """The re-measurement of a configuration if there is one, else its search measurement."""
     for phase in ("validate", "search"):

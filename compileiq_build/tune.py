@@ -45,9 +45,9 @@ from compileiq_build.selection import (
     NoWinner,
     Winner,
     decide,
+    decisions,
     finalists,
     outcomes,
-    pairs,
     pending_validation,
 )
 from compileiq_build.space import FlagSpace, Prober, build_space
@@ -336,8 +336,8 @@ class Tuner:
         # tuning one target after another must not drop the flags of the first.
         now = {(d.target, repr(sorted(d.arch_keys.items()))) for d in [*result.winners, *result.losers]}
         names = {t.name for t in tree_project.targets}
-        earlier = [decide(store, name, keys) for name, keys in pairs(store)
-                   if name in names and (name, repr(sorted(keys.items()))) not in now]
+        earlier = [d for d in decisions(store)
+                   if d.target in names and (d.target, repr(sorted(d.arch_keys.items()))) not in now]
         output = self._output()
         write(output, render([*result.winners, *(d for d in earlier if isinstance(d, Winner))],
                              [*result.losers, *(d for d in earlier if isinstance(d, NoWinner))],

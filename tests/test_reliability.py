@@ -18,7 +18,7 @@ import pytest
 from conftest import FIXTURES
 
 from compileiq_build.measure import Sample
-from compileiq_build.report import decisions
+from compileiq_build.selection import decisions
 from compileiq_build.store import STORE, Store, read_store
 
 TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]

@@ -390,18 +390,13 @@ def _predicted_spills(space: FlagSpace, compiled: Sequence[Config], spills: np.n
 def _free_streak(context: Context) -> int:
     """How many of the last measured proposals of the model's phases after screening, in a row,
     compiled to machine code measured before them (or the baseline's)."""
-    seen, free = {context.baseline_code} - {""}, []
+    seen, streak = {context.baseline_code} - {""}, 0
     for t in context.history:
         if t.pending:
             continue
-        free.append(bool(t.code) and t.code in seen)
+        free = bool(t.code) and t.code in seen and t.phase in MODEL_PHASES
+        streak = streak + 1 if free else 0
         seen.add(t.code)
-    phases = [t.phase for t in context.history if not t.pending]
-    streak = 0
-    for is_free, phase in zip(reversed(free), reversed(phases), strict=True):
-        if not is_free or phase not in MODEL_PHASES:
-            break
-        streak += 1
     return streak
 
 
