@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.peers import PEERS, BudgetSpent, Free, PeerUnavailable
+from compileiq_build.pipeline import CANDIDATES_PER_EVALUATION
 from compileiq_build.space import DEFAULT, Dimension, FlagSpace, dimensions_for
 from compileiq_build.strategies import (
     Candidate,
@@ -193,7 +194,8 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
                        baseline_code=table.codes[table.baseline])
 
     scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
-    while bench.left > 0:
+    turned_down = 0  # proposals compiled and not measured (`vet`): they count against tune's candidate bound
+    while bench.left > 0 and len(history) + turned_down < CANDIDATES_PER_EVALUATION * budget:
         if ahead and scout is not None:
             for config in scout(context(), ahead):
                 if (row := table.index(_plain(config))) is not None:
@@ -207,6 +209,7 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         revealed.add(row)  # compiled: as in `tune`, measured only if the strategy's `vet` admits it
         if vet is not None and vet(context(), proposal, Candidate(_keyed(table.rows[row]), table.codes[row],
                                                                   table.features[row])):
+            turned_down += 1
             continue
         ratio = bench.measure(row) / base
         history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],

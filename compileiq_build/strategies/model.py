@@ -185,6 +185,9 @@ class ModelGuided:
         if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean, spilling)) is not None:
             return Proposal(pool[local], "local")
         choice = int(np.argmin(bound))
+        if not np.isfinite(bound[choice]):
+            return Stop("every untried configuration left compiles to code that spills more than "
+                        "the least-spilling code known (the spill rule)")
         noise, measured_noise = self._noise(measured)
         if (mean - STOP_KAPPA * std).min() > math.log(best) + math.log1p(-noise):
             if (check := self._unchecked_neighbour(incumbent, measured, pool, bound)) is not None:
@@ -337,8 +340,8 @@ class ModelGuided:
         """The most promising untried configuration (index into `pool`) that differs from the
         incumbent in one dimension along which no neighbour of it was measured yet."""
         checked = {d[0] for c, _ in measured if len(d := _changed(c, incumbent)) == 1}
-        candidates = [i for i, c in enumerate(pool)
-                      if len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
+        candidates = [i for i, c in enumerate(pool) if np.isfinite(bound[i])
+                      and len(d := _changed(c, incumbent)) == 1 and d[0] not in checked]
         return min(candidates, key=lambda i: bound[i]) if candidates else None
 
 
