@@ -21,6 +21,7 @@ from compileiq_build.selection import (
     Winner,
     decide,
     decisions,
+    merged,
     outcomes,
     pairs,
     portable_set,
@@ -233,7 +234,7 @@ def emit(build_dir: Path, output: Path | None,
                                      "`tune` wrote (it lies in <build>/compileiq/).")
             stores.append(read_store(path))
         envs, dates, strategies = [], [], set()
-        found: dict[tuple[str, str], Winner | NoWinner] = {}
+        found: list[list[Winner | NoWinner]] = []
         for store, path in zip(stores, paths, strict=True):
             sessions = store.sessions()
             if not sessions:
@@ -241,11 +242,8 @@ def emit(build_dir: Path, output: Path | None,
             envs.append(sessions[-1][3])
             dates.append(sessions[-1][1])
             strategies |= {r.strategy for r in store.evaluations(phase="search")}
-            for d in decisions(store):
-                # Two stores of one architecture: the first one named wins.
-                found.setdefault((d.target, repr(sorted(d.arch_keys.items()))), d)
-        winners = [d for d in found.values() if isinstance(d, Winner)]
-        losers = [d for d in found.values() if isinstance(d, NoWinner)]
+            found.append(decisions(store))
+        winners, losers = merged(*found)  # two stores of one architecture: the first one named wins
         portables = portable_set(stores, winners)
     finally:
         for store in stores:
@@ -254,7 +252,7 @@ def emit(build_dir: Path, output: Path | None,
     prov = provenance(envs, project.compilers, ", ".join(sorted(strategies)) or "none", date)
     path = (output or project.source_dir / DEFAULT_NAME).resolve()
     write(path, render(winners, losers, prov, portables))
-    return path, list(found.values())
+    return path, [*winners, *losers]
 
 
 def show_space(languages: Sequence[str], allow_numerics_change: bool,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from compileiq_build.stats import RatioEstimate, geometric_mean, ratio_estimate
@@ -238,6 +238,17 @@ def pairs(store: Store) -> list[tuple[str, dict[str, str]]]:
 def decisions(store: Store) -> list[Winner | NoWinner]:
     """What the store decides for every (target, architecture) it holds."""
     return [decide(store, target, arch) for target, arch in pairs(store)]
+
+
+def merged(*groups: Iterable[Winner | NoWinner]) -> tuple[list[Winner], list[NoWinner]]:
+    """Decisions of several sources, one per (target, architectures): the first group's that
+    names it; the winners, then the rest."""
+    found: dict[tuple[str, str], Winner | NoWinner] = {}
+    for group in groups:
+        for d in group:
+            found.setdefault((d.target, repr(sorted(d.arch_keys.items()))), d)
+    return ([d for d in found.values() if isinstance(d, Winner)],
+            [d for d in found.values() if isinstance(d, NoWinner)])
 
 
 def _measured(store: Store, target: str, arch: dict[str, str], key: str) -> Outcome | None:

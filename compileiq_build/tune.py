@@ -47,6 +47,7 @@ from compileiq_build.selection import (
     decide,
     decisions,
     finalists,
+    merged,
     outcomes,
     pending_validation,
 )
@@ -334,14 +335,11 @@ class Tuner:
             worker.reset()
         # The file holds every target of the project the store has decided, not only this run's:
         # tuning one target after another must not drop the flags of the first.
-        now = {(d.target, repr(sorted(d.arch_keys.items()))) for d in [*result.winners, *result.losers]}
         names = {t.name for t in tree_project.targets}
-        earlier = [d for d in decisions(store)
-                   if d.target in names and (d.target, repr(sorted(d.arch_keys.items()))) not in now]
+        winners, losers = merged([*result.winners, *result.losers],
+                                 (d for d in decisions(store) if d.target in names))
         output = self._output()
-        write(output, render([*result.winners, *(d for d in earlier if isinstance(d, Winner))],
-                             [*result.losers, *(d for d in earlier if isinstance(d, NoWinner))],
-                             self._provenance()))
+        write(output, render(winners, losers, self._provenance()))
         result.toolchain = output
         return result
 

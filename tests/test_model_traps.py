@@ -302,7 +302,7 @@ def test_the_model_stops_when_only_spilling_code_is_left():
     known = [Candidate(c, config_key(c), {"all:spill_bytes": spills(c)}) for c in CONFIGS]
     x_on = {**SPACE.default_config(), "T:X": "on"}
     measured = [Trial(c, ratio(c) + 0.3 * bool(spills(c)), False, code=config_key(c), phase="screen")
-                for c in [*CONFIGS, x_on] if config_key(c) != BASELINE and (not spills(c) or c == x_on)]
+                for c in CONFIGS if config_key(c) != BASELINE and (not spills(c) or c == x_on)]
     context = Context(SPACE, measured, known, closed=True, budget=100,
                       baseline_code=config_key(SPACE.default_config()))
     result = ModelGuided(seed=0).propose(context)

@@ -430,10 +430,10 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     z = _standardized_features(context, [incumbent, *pool])
     distance = ((z[1:] - z[0]) ** 2).sum(1)
     # Not compiled yet: the incumbent less one of its options first (presumed nearest), the rest last.
-    removal = np.array([len(d := _changed(c, incumbent)) == 1 and c[d[0]] == DEFAULT for c in pool])
+    moved = [_changed(c, incumbent) for c in pool]
+    removal = np.array([len(d) == 1 and c[d[0]] == DEFAULT for c, d in zip(pool, moved, strict=True)])
     distance = np.where(np.isnan(distance), np.where(removal, 0.0, math.inf), distance)
-    changed = [len(_changed(c, incumbent)) for c in pool]
-    order = [i for i in np.lexsort((mean, changed, distance)) if not spilling[i]]
+    order = [i for i in np.lexsort((mean, [len(d) for d in moved], distance)) if not spilling[i]]
     return int(order[0]) if order else None
 
 
