@@ -90,7 +90,7 @@ def run(land: Landscape, budget: int, seed: int, ahead: int) -> list[float]:
             times.append(measured[code])
         ratio = measured[code] / base
         history.append(Trial(proposal.config, ratio, ratio < 1.0, code=code_label(code),
-                             phase=proposal.phase))
+                             phase=proposal.phase, parent=proposal.parent))
     return times
 
 

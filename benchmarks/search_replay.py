@@ -213,7 +213,7 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
             continue
         ratio = bench.measure(row) / base
         history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],
-                             phase=proposal.phase))
+                             phase=proposal.phase, parent=proposal.parent))
     return bench.measured
 
 

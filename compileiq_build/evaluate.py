@@ -277,17 +277,18 @@ class Evaluator:
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
                  sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None,
-                 proposed_by: str = "", stop: Callable[[], str] | None = None) -> Outcome:
+                 proposed_by: str = "", parent: str = "", stop: Callable[[], str] | None = None) -> Outcome:
         """Measure one compiled candidate on its worker's device, paired with the baseline.
         `reduced_from` (phase minimize): the evaluation of the configuration this one leaves an
-        option out of; of the same machine code, it stands for this one.  `proposed_by`: the
-        strategy's phase that proposed it (phase search).  `stop`, asked after every pair, says
+        option out of; of the same machine code, it stands for this one.  `proposed_by` and
+        `parent` (phase search): the strategy's phase that proposed it and the key of the
+        configuration it refines (Proposal).  `stop`, asked after every pair, says
         why to stop measuring (the search's time is up) or ""; a candidate stopped so is recorded
         as interrupted: its pairs stay, it is not counted, and a later run measures it again, as
         after a kill.  (Ctrl-C lets the evaluation in flight finish.)"""
         sampling = sampling or self.sampling
         key = config_key(config)
-        parent = reduced_from.config_key if reduced_from else ""
+        parent = reduced_from.config_key if reduced_from else parent
         evaluation = self.store.begin_evaluation(self.session, self.target.name, self.arch_keys,
                                                  key, config, flags, strategy, phase, built.worker.name,
                                                  built.started, parent, proposed_by)
@@ -306,8 +307,8 @@ class Evaluator:
         race = None
         if phase == "search":
             race = self._race(evaluation)
-        elif reduced_from is not None and (parent := summarize(self.store, reduced_from).ratio):
-            race = self._race(evaluation, parent, "the configuration it reduces reaches")
+        elif reduced_from is not None and (reaches := summarize(self.store, reduced_from).ratio):
+            race = self._race(evaluation, reaches, "the configuration it reduces reaches")
         status, reason, probed = MEASURED, "", {}
         try:
             if race is not None and len(self.benchmarks) > 1:

@@ -72,7 +72,7 @@ class Proposals:
         trials, known = self.history()
         # A candidate being measured is in the store already: count it once.
         recorded = {config_key(t.config) for t in trials}
-        pending = [Trial(p.config, None, False, code=code, pending=True, phase=p.phase)
+        pending = [Trial(p.config, None, False, code=code, pending=True, phase=p.phase, parent=p.parent)
                    for key, (p, code) in self.in_flight.items() if key not in recorded]
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
                        baseline_code=self.baseline_code)
@@ -229,7 +229,8 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     report.evaluating(name, done, config_key(config), best)
                     outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
                                                  numerics=space.changes_numerics(config),
-                                                 proposed_by=proposal.phase, stop=proposals.out_of_time)
+                                                 proposed_by=proposal.phase, parent=proposal.parent,
+                                                 stop=proposals.out_of_time)
                     if outcome.evaluation.status == INTERRUPTED:
                         report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
                                     "(the same command resumes the search and measures it again)")

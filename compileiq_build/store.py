@@ -91,7 +91,7 @@ class EvaluationRow:
     same_as: int | None = None  # the evaluation whose samples stand for this one (same code)
     features: dict[str, float] | None = None
     worker: str = ""  # "gpu0", "cpu", "ray:<node>/gpu0"
-    parent: str = ""  # phase minimize: the configuration key this one was reduced from
+    parent: str = ""  # the configuration key this one was reduced from (minimize) or refines (search)
     proposed_by: str = ""  # phase search: the strategy's phase that proposed it ("screen", ...)
 
 

@@ -472,7 +472,7 @@ class Tuner:
         name = target or evaluator.target.name
         found = outcomes(evaluator.store, name, evaluator.arch_keys, "search")
         trials = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest,
-                        phase=o.evaluation.proposed_by) for o in found]
+                        phase=o.evaluation.proposed_by, parent=o.evaluation.parent) for o in found]
         ahead = [r for r in evaluator.store.evaluations(name, evaluator.arch_keys, SCOUT)
                  if r.status == COMPILED and r.digest]
         known = [Candidate(r.config, r.digest, r.features or {})

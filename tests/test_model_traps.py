@@ -338,3 +338,33 @@ def test_the_local_step_first_takes_an_option_of_the_best_away():
     assert second.phase == "local" and second.config != first.config
     gone = _changed(SPACE.full_config(second.config), best)
     assert len(gone) == 1 and second.config[gone[0]] == DEFAULT
+
+
+def test_a_local_step_in_flight_for_the_previous_best_leaves_the_new_best_unrefined():
+    """The sample gemm on the H200, session 10, seed 1: a local step proposed for the best so far
+    was still compiling when a new best was measured, and stood after it in the history; taken
+    as the new best's own local step, it left that one unrefined.  A local step counts for the
+    configuration it names as its parent; one recorded without a parent (older stores) counts
+    for the best it follows."""
+    def code(c: Config) -> str:
+        return repr(sorted(_code_features(SPACE.full_config(c)).items()))
+
+    previous = {**SPACE.default_config(), "T:O": "1"}
+    best = {**SPACE.default_config(), "T:O": "1", "T:R": "1", "T:S": "a"}
+    step = {**previous, "T:S": "b"}
+    known = [Candidate(c, code(c), _code_features(c)) for c in (previous, best, step)]
+    history = [Trial(previous, 0.99, True, code=code(previous), phase="screen"),
+               Trial({"T:R": "3", "T:X": "on"}, 1.02, False, phase="combine", code=code({"T:R": "3"})),
+               Trial(best, 0.97, True, phase="combine", code=code(best))]
+
+    def propose(parent: str) -> Proposal | Stop:
+        in_flight = Trial(step, None, False, code=code(step), pending=True, phase="local", parent=parent)
+        return ModelGuided(seed=0).propose(Context(SPACE, [*history, in_flight], known, budget=6,
+                                                   baseline_code=code(SPACE.default_config())))
+
+    refined = propose(config_key(SPACE.full_config(previous)))
+    assert isinstance(refined, Proposal) and refined.phase == "local"
+    assert refined.parent == config_key(SPACE.full_config(best))
+    assert len(_changed(SPACE.full_config(refined.config), best)) == 1
+    assert propose("").phase != "local"
+    assert propose(refined.parent).phase != "local"

@@ -11,6 +11,7 @@ import itertools
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import cxx_evaluator
@@ -234,4 +235,40 @@ def test_a_proposal_its_strategy_turns_down_once_compiled_is_stored_and_not_meas
     assert proposals.finished == "6 candidates compiled"
     _, known = Tuner._history(evaluator)
     assert {r.config_key for r in down} <= {config_key(SPACE.full_config(c.config)) for c in known}
+    store.close()
+
+
+class _Refining(Exhaustive):
+    """Every configuration in turn, each naming the one proposed before it as its parent."""
+
+    def propose(self, context: Context) -> Proposal | Stop:
+        result = super().propose(context)
+        if isinstance(result, Stop) or not context.history:
+            return result
+        return replace(result, parent=config_key(context.space.full_config(context.history[-1].config)))
+
+
+def test_the_configuration_a_proposal_refines_is_stored_and_read_back(cxx_project, configure):
+    """Real g++ builds, compiling ahead: each proposal's parent is stored with its evaluation and
+    reaches the strategy with the trial, in flight (the model's local step tells which best it
+    refined) and once measured."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [2])  # 2 slots: one compiles, one is measured
+    seen: list[tuple[str, str]] = []  # (key, parent) of every trial in flight the strategy saw
+    strategy = _Refining()
+    propose = strategy.propose
+
+    def watched(context: Context) -> Proposal | Stop:
+        seen.extend((config_key(SPACE.full_config(t.config)), t.parent) for t in context.history if t.pending)
+        return propose(context)
+
+    strategy.propose = watched
+    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "")
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    rows = store.evaluations("saxpy", phase="search")
+    assert len(rows) == SPACE.size - 1
+    assert rows[0].parent == "" and [r.parent for r in rows[1:]] == [r.config_key for r in rows[:-1]]
+    trials, _ = Tuner._history(evaluator)
+    assert [t.parent for t in trials] == [r.parent for r in rows]
+    parents = dict(zip((r.config_key for r in rows), (r.parent for r in rows), strict=True))
+    assert any(p for _, p in seen) and all(parents[k] == p for k, p in seen)
     store.close()

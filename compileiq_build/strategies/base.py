@@ -34,6 +34,7 @@ class Trial:
     code: str = ""  # label of its machine code; "" when unknown
     pending: bool = False  # proposed and not measured yet: ratio and faster mean nothing
     phase: str = ""  # the strategy's phase that proposed it (Proposal.phase); "" when unknown
+    parent: str = ""  # Proposal.parent; "" when none or unknown (recorded before it was kept)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Candidate:
 class Proposal:
     config: Config
     phase: str  # which part of the strategy chose it: "screen", "combine", "model", ...
+    parent: str = ""  # key of the configuration it refines (the model's local step), or ""
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ class ModelGuided:
         incumbent = min(((c, t.ratio) for c, t in measured if t.ratio is not None),
                         key=lambda ct: ct[1], default=(space.default_config(), 1.0))[0]
         if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean, spilling)) is not None:
-            return Proposal(pool[local], "local")
+            return Proposal(pool[local], "local", config_key(incumbent))
         choice = int(np.argmin(bound))
         if not np.isfinite(bound[choice]):
             return Stop("every untried configuration left compiles to code that spills more than "
@@ -413,19 +413,23 @@ def _screening(context: Context) -> bool:
 def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
                spilling: np.ndarray) -> int | None:
     """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
-    among those not left out for spilling (`_spilling`), unless a local proposal followed the
-    incumbent already and did not compile to the incumbent's own code.  Nearest: by the
+    among those not left out for spilling (`_spilling`), unless a local proposal for the
+    incumbent was made already and did not compile to the incumbent's own code.  Nearest: by the
     distance of their compile-time features where both are compiled (of those not compiled, the
     incumbent less one of its options comes first, any other after), then by the options
     changed from the incumbent; ties go to the better predicted mean
     (this step exploits).  Decided from the history alone, so that a resumed run, or one with
-    proposals in flight, decides alike."""
+    proposals in flight, decides alike.  A local proposal is for the configuration it names as
+    its parent: while a new best is measured, one for the previous best may be in flight and
+    then stand after it in the history (the H200 gemm, session 10).  One recorded without a
+    parent counts for whatever best it follows."""
     key = config_key(incumbent)
     configs = [config_key(context.space.full_config(t.config)) for t in context.history]
     since = next((i for i, k in enumerate(configs) if k == key), len(configs))
     own = context.history[since].code if since < len(configs) else ""
     later = context.history[since + 1:]
-    if not pool or any(t.phase == "local" and not (own and t.code == own) for t in later):
+    if not pool or any(t.phase == "local" and t.parent in ("", key) and not (own and t.code == own)
+                       for t in later):
         return None
     z = _standardized_features(context, [incumbent, *pool])
     distance = ((z[1:] - z[0]) ** 2).sum(1)
