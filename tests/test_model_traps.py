@@ -396,6 +396,15 @@ def test_with_a_winner_the_model_spends_its_budget_rather_than_stop():
     assert min(t.ratio for t in budgeted) == interacting(optimum)
 
 
+def _screened_then_combined(best: Config, same=lambda c: c) -> list[Trial]:
+    """Screening measured (`same` maps a configuration to the one of its code), then two
+    combinations: the best less S with O=1, then the best."""
+    history = [Trial(m, r, r < 0.999, code=config_key(same(m)), phase="screen")
+               for m in screening_moves(SPACE) for r in [ratio(same(m))]]
+    return history + [Trial(c, ratio(c), True, code=config_key(c), phase="combine")
+                      for c in ({**best, "T:S": DEFAULT, "T:O": "1"}, best)]
+
+
 def test_without_features_the_local_step_takes_the_passenger_away_counting_options_by_code():
     """The recorded gemm table replayed without its feature columns (0.892 of the optimum's gain,
     the best within 20 evaluations being the optimum plus one store cache operator): the local
@@ -411,12 +420,30 @@ def test_without_features_the_local_step_takes_the_passenger_away_counting_optio
     passenger_away = {**best, "T:S": DEFAULT}
     for table in (CONFIGS, [c for c in CONFIGS if c != passenger_away]):
         known = [Candidate(c, config_key(same(c))) for c in table]
-        history = [Trial(m, ratio(same(m)), ratio(same(m)) < 0.999, code=config_key(same(m)), phase="screen")
-                   for m in screening_moves(SPACE)]
-        history += [Trial(c, ratio(c), True, code=config_key(c), phase="combine")
-                    for c in ({**passenger_away, "T:O": "1"}, best)]  # the second the best: 0.983
-        context = Context(SPACE, history, known, closed=True, budget=20,
+        context = Context(SPACE, _screened_then_combined(best, same), known, closed=True, budget=20,
                           baseline_code=config_key(SPACE.default_config()))
         proposal = ModelGuided(seed=0).propose(context)
         assert proposal.phase == "local" and proposal.parent == config_key(best)
         assert same(proposal.config) == passenger_away and ratio(passenger_away) < ratio(best)
+
+
+def test_a_configuration_not_compiled_yet_stands_for_no_other():
+    """A closed context may list candidates before they are compiled, without a code (the
+    replays compiling ahead: a row not yet named by `scout`; `tune` lists compiled ones only).
+    The local step lets a configuration stand for the known ones of its code; one not compiled
+    stands for itself alone.  Here the best less its passenger is not in the table, the rest is not
+    compiled: the local step takes the best less another option (R=1, whose move alone did
+    least of the two left).  Before, every configuration not compiled borrowed the removal of
+    any other not compiled, and the predicted mean chose O=1 with S=a and X=on (two options
+    changed)."""
+    best = {**SPACE.default_config(), "T:R": "1", "T:X": "on", "T:S": "a"}
+    passenger_away = {**best, "T:S": DEFAULT}
+    history = _screened_then_combined(best)
+    measured = {config_key(t.config) for t in history}
+    known = [Candidate(c, config_key(c) if config_key(c) in measured else "")
+             for c in CONFIGS if c != passenger_away]
+    context = Context(SPACE, history, known, closed=True, budget=20,
+                      baseline_code=config_key(SPACE.default_config()))
+    proposal = ModelGuided(seed=0).propose(context)
+    assert proposal.phase == "local"
+    assert SPACE.full_config(proposal.config) == {**best, "T:R": DEFAULT}

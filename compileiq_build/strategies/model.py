@@ -455,9 +455,10 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     alone = _alone_codes(context)
     same: dict[str, list[Config]] = {}
     for c in context.known:
-        same.setdefault(c.code, []).append(context.space.full_config(c.config))
+        if c.code:  # not compiled yet: a code of its own, not one with every other such
+            same.setdefault(c.code, []).append(context.space.full_config(c.config))
     codes = context.codes
-    steps = [min((_step(x, incumbent, alone) for x in [c, *same.get(codes.get(config_key(c), ""), [])]),
+    steps = [min((_step(x, incumbent, alone) for x in [c, *same.get(codes.get(config_key(c)) or "", [])]),
                  key=lambda rm: (not rm[0], len(rm[1]))) for c in pool]
     removal = np.array([r for r, _ in steps])
     moved = [m for _, m in steps]
