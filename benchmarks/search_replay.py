@@ -109,6 +109,9 @@ def load_table(path: Path) -> Table:
             spreads.append(float(r["spread"]) if r.get("spread") else None)
     labels = {d: sorted({r[d] for r in rows}, key=lambda v: (v != DEFAULT, v)) for d in dims}
     baseline = next((i for i, r in enumerate(rows) if all(v == DEFAULT for v in r.values())), 0)
+    if not features[baseline]:  # `report --table` before it wrote them: a row of the baseline's code has them
+        features[baseline] = next((f for f, c in zip(features, codes, strict=True)
+                                   if f and c == codes[baseline]), {})
     return Table(labels, rows, times, features, codes, baseline, spreads)
 
 
@@ -191,7 +194,8 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         known = [Candidate(_keyed(r), c if i in revealed else "", f if i in revealed else {})
                  for i, (r, c, f) in enumerate(zip(table.rows, table.codes, table.features, strict=True))]
         return Context(space, history, known, closed=True, budget=budget,
-                       baseline_code=table.codes[table.baseline])
+                       baseline_code=table.codes[table.baseline],
+                       baseline_features=table.features[table.baseline])
 
     scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
     turned_down = 0  # proposals compiled and not measured (`vet`): they count against tune's candidate bound
@@ -243,7 +247,7 @@ OURS: dict[str, Callable[[int, list[Trial]], Strategy]] = {
     "exhaustive": lambda seed, prior: Exhaustive(),
     "random": lambda seed, prior: RandomSearch(seed),
     "staged": lambda seed, prior: Staged(),
-    "model": lambda seed, prior: ModelGuided(seed, prior=prior),
+    "model": lambda seed, prior: ModelGuided(seed, transfer=prior),
 }
 
 

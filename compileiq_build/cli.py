@@ -70,6 +70,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the search's measurements as a replay table (CSV)")
     r.add_argument("--target", help="the target of --table, when several were tuned")
 
+    ln = verbs.add_parser("learn", help="fit the prior (a LightGBM model of what options do to kinds of "
+                          "code) on the corpus of measured kernels and your own stores")
+    ln.add_argument("--corpus", type=Path, nargs="+", default=[], metavar="DIR",
+                    help="folders of corpus tables (default: benchmarks/corpus/tables of this checkout)")
+    ln.add_argument("--add", type=Path, nargs="+", default=[], metavar="BUILD_DIR",
+                    help="also learn from the searches stored in these build folders")
+    ln.add_argument("--output", type=Path, help="model file to write (default: the one shipped in the "
+                    "package; with --add, <first BUILD_DIR>/compileiq/prior.txt, which tune of that "
+                    "folder loads)")
+
     e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
     e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     e.add_argument("--output", type=Path, help="where to write (default: the project's "
@@ -149,6 +159,12 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="measure although another process holds the GPU (the report says so)")
+    prior = p.add_mutually_exclusive_group()
+    prior.add_argument("--no-prior", dest="prior", action="store_false", default=True,
+                       help="start the model-guided search without the prior learned across kernels")
+    prior.add_argument("--prior", dest="prior_path", type=Path, metavar="PATH",
+                       help="the prior's model file (default: BUILD_DIR/compileiq/prior.txt if "
+                       "`learn --add` wrote one, else the one shipped)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
@@ -176,7 +192,8 @@ def _tune_options(args: argparse.Namespace):
         max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
         allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
         allow_shared_gpu=args.allow_shared_gpu, profile=args.profile, compile_ahead=args.compile_ahead,
-        fresh=args.fresh, seed=args.seed)
+        fresh=args.fresh, seed=args.seed, prior=args.prior,
+        prior_path=args.prior_path.resolve() if args.prior_path else None)
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
@@ -255,6 +272,12 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for path in (args.csv, args.parquet):
                 if path:
                     print(f"{rows} measurements written to {path}")
+    elif args.verb == "learn":
+        from compileiq_build.learn import learn
+
+        done = learn(args.corpus, args.add, args.output)
+        print(f"prior written to {done.path}: {done.kernels} kernels of {len(done.projects)} projects, "
+              f"{done.rows} configurations, {done.seconds:.1f} s")
     elif args.verb == "emit":
         from compileiq_build.report import emit
 

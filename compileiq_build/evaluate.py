@@ -184,6 +184,7 @@ class Evaluator:
         self.baseline_wall: dict[str, float] = {}
         self.evidence: dict[str, str | bytes | None] = {}
         self.baseline_digest = ""
+        self.baseline_compiled: Compiled | None = None  # the baseline build's code and features
         self.dedup_hits = 0
         self.hot_kernels: set[str] = set()  # the profiled kernels of this target that take the time
         self._lock = threading.Lock()
@@ -210,6 +211,7 @@ class Evaluator:
                 raise CompileIQError(f"the project does not build with its own flags:\n{built.result.log}")
             seconds.append(built.result.seconds)
             self.baseline_digest = self.baseline_digest or built.digest
+            self.baseline_compiled = self.baseline_compiled or built
         self.baseline_build_s = max(seconds)
         resolved = []
         for bench in self.benchmarks:
@@ -390,6 +392,11 @@ class Evaluator:
                              and r.id != evaluation), None)
         self.store.set_code(evaluation, digest, self.features(built.compiled), twin)
         return twin
+
+    @property
+    def baseline_features(self) -> dict[str, float]:
+        """The baseline code's features, as `features` gives a candidate's ({} before the build)."""
+        return self.features(self.baseline_compiled) if self.baseline_compiled else {}
 
     def features(self, compiled: Compiled) -> dict[str, float]:
         """What the model sees of a build: the features of the profiled hot kernels, where known."""

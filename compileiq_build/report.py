@@ -82,6 +82,23 @@ def _effect_lines(measured: list[Outcome], decision: Winner | NoWinner) -> list[
     return lines
 
 
+def _predicted_lines(sessions: list[tuple[int, float, str, dict[str, object]]], target: str,
+                     decision: Winner | NoWinner) -> list[str]:
+    """What the prior predicted of the shipped configuration, option by option, as the last run
+    that decided it recorded (LightGBM's pred_contrib): a prediction, beside the measured effects."""
+    used = next((env["prior_used"][target] for _, _, _, env in reversed(sessions)  # type: ignore[index]
+                 if target in env.get("prior_used", {})), None)  # type: ignore[operator]
+    lines = [f"  prior of its last search: {used}"] if used else []
+    for _, _, _, env in reversed(sessions):
+        found = env.get("predicted", {}).get(target)  # type: ignore[union-attr]
+        if isinstance(decision, Winner) and found and found.get("config") == decision.config_key:
+            parts = sorted(found["contributions"].items(), key=lambda kv: kv[1])
+            shown = ", ".join(f"{k} {100 * math.expm1(v):+.1f}%" for k, v in parts)
+            return [*lines, f"  Predicted by the prior ({found['prior']}; a prediction, not a measurement): "
+                    f"{100 * math.expm1(found['total']):+.1f}% in all; {shown}"]
+    return lines
+
+
 def report(build_dir: Path) -> str:
     rates = {b.workload for b in load_project(build_dir.resolve()).benchmarks if b.higher_is_better}
     store = _open(build_dir)
@@ -115,6 +132,7 @@ def report(build_dir: Path) -> str:
                 lines.append(f"  {pending_text(decision)}")
             measured = searched + remeasured(store, target, arch)
             lines += _effect_lines(measured, decision)
+            lines += _predicted_lines(store.sessions(), target, decision)
             cmake = cmake_target_of(target)
             if (cmake, str(arch)) not in profiled and (kernels := store.kernel_times(cmake, arch)):
                 profiled.add((cmake, str(arch)))
@@ -146,6 +164,15 @@ def export(build_dir: Path, csv: Path | None, parquet: Path | None) -> int:
     except OSError as exc:
         raise CompileIQError(f"cannot write the export: {exc}") from None
     return len(table)
+
+
+def searched_targets(build_dir: Path) -> list[str]:
+    """The targets with a search in the build folder's store."""
+    store = _open(build_dir)
+    try:
+        return sorted({t for t, _ in pairs(store)})
+    finally:
+        store.close()
 
 
 def table(build_dir: Path, path: Path, target: str | None) -> int:
@@ -181,9 +208,12 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
         def time_of(ratios: dict[str, float]) -> float:
             return geometric_mean([ratios.get(w, 1.0) * t for w, t in sorted(base_time.items())])
 
-        baseline_code = next((o.evaluation.digest for o in searched
-                              if o.evaluation.same_as == SAME_AS_BASELINE and o.evaluation.digest), "")
-        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "code": baseline_code[:16] or "baseline",
+        twin = next((o.evaluation for o in searched
+                     if o.evaluation.same_as == SAME_AS_BASELINE and o.evaluation.digest), None)
+        # A candidate of the baseline's code gives the baseline row its features (the prior needs them).
+        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "code": twin.digest[:16] if twin else "baseline",
+                             **{f"feature:{f}": ((twin.features or {}) if twin else {}).get(f, "")
+                                for f in features},
                              "time": time_of({}), "spread": ""}}
         for o in searched:
             ratios = {w: e.ratio for w, e in o.estimates.items() if w in base_time}

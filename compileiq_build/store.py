@@ -180,6 +180,16 @@ class Store:
         return int(cur.lastrowid)
 
     @_locked
+    def update_session(self, session: int, key: str, value: Mapping[str, object]) -> None:
+        """Merge `value` into the session environment's `key` (what a run learns as it goes)."""
+        with self._tx() as db:
+            (text,) = db.execute("SELECT environment FROM sessions WHERE id=?", (session,)).fetchone()
+            env = json.loads(text)
+            env[key] = {**env.get(key, {}), **value}
+            db.execute("UPDATE sessions SET environment=? WHERE id=?",
+                       (json.dumps(env, sort_keys=True), session))
+
+    @_locked
     def begin_evaluation(self, session: int, target: str, arch_keys: Mapping[str, str],
                          config_key: str,
                          config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],

@@ -28,6 +28,8 @@ from compileiq_build.evaluate import Evaluator, Sampling
 from compileiq_build.gpu import compute_processes, shared_gpu_error
 from compileiq_build.minimize import minimize
 from compileiq_build.pipeline import Proposals, run_search
+from compileiq_build.prior import Prior, for_space
+from compileiq_build.prior import load as load_prior
 from compileiq_build.profile import (
     COVER,
     ProfileError,
@@ -51,7 +53,7 @@ from compileiq_build.selection import (
     outcomes,
     pending_validation,
 )
-from compileiq_build.space import FlagSpace, Prober, build_space
+from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space, config_key
 from compileiq_build.store import COMPILED, SCOUT, STORE, Store, open_store
 from compileiq_build.strategies import Candidate, Trial, make_strategy
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
@@ -83,6 +85,8 @@ class TuneOptions:
     dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
     fresh: bool = False
     seed: int = 0
+    prior: bool = True  # the model learned across kernels (prior.py) steers the model-guided search
+    prior_path: Path | None = None  # its file; default <build>/compileiq/prior.txt, else the shipped one
 
 
 @dataclass
@@ -174,6 +178,7 @@ class Tuner:
         self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
         self.interrupt = {"stop": False}
         self.shared_gpu: list[dict[str, object]] = []  # other processes on the GPUs measured
+        self._prior: Prior | bool | None = False  # loaded on first use (False: not yet)
 
     def check_interrupt(self) -> None:
         if self.interrupt["stop"]:
@@ -329,6 +334,8 @@ class Tuner:
             decision, remeasured = self._validate(evaluator, store, space)
             if isinstance(decision, Winner):
                 decision = self._minimize(evaluator, store, space, decision)
+                if predicted := self._predicted(evaluator, space, decision):
+                    store.update_session(session, "predicted", {target.name: predicted})
             (result.winners if isinstance(decision, Winner) else result.losers).append(decision)
             self.report.note(decision_note(decision, remeasured))
         for worker in workers:
@@ -479,8 +486,33 @@ class Tuner:
                  for r in [*(o.evaluation for o in found), *ahead] if r.digest]
         return trials, known
 
+    def prior(self) -> Prior | None:
+        """The prior (prior.py), loaded once: --prior's file, else the build folder's own
+        (`learn --add`), else the shipped one; None with --no-prior or, with a warning, when it
+        cannot be read."""
+        if self._prior is False:
+            own = self.build_dir / "compileiq" / "prior.txt"
+            path = self.options.prior_path or (own if own.is_file() else None)
+            self._prior = load_prior(path, lambda text: self.report.note(f"warning: {text}")) \
+                if self.options.prior else None
+        return self._prior if isinstance(self._prior, Prior) else None
+
+    def _predicted(self, evaluator: Evaluator, space: FlagSpace, decision: Winner) -> dict[str, object]:
+        """What the prior predicted of the winner, option by option (pred_contrib), for the report."""
+        prior = self.prior()
+        _, known = self._history(evaluator)
+        ours = [c for c in known if config_key(space.full_config(c.config)) == decision.config_key]
+        if prior is None or not ours or not evaluator.baseline_features:
+            return {}
+        config = space.full_config(ours[0].config)
+        features = next((c.features for c in ours if c.features), None)
+        contributions = prior.contributions(config, features, evaluator.baseline_features)
+        chosen = {d.name for d in space.dimensions if config[d.key] != DEFAULT}
+        return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
+                "contributions": {k: v for k, v in contributions.items() if k in chosen or k == "code"}}
+
     @staticmethod
-    def _prior(evaluator: Evaluator) -> list[Trial]:
+    def _transfer(evaluator: Evaluator) -> list[Trial]:
         """Search evaluations of the other targets tuned for the same architectures (warm start)."""
         name = evaluator.target.name
         others = {r.target for r in evaluator.store.evaluations(phase="search") if r.target != name}
@@ -512,14 +544,20 @@ class Tuner:
         def halt() -> str:
             return "stopped by Ctrl-C" if self.interrupt["stop"] else out_of_time()
 
-        prior = self._prior(evaluator)
-        if prior and self.options.strategy == "model":
-            self.report.note(f"{evaluator.target.name}: the search starts from {len(prior)} evaluations "
+        transfer = self._transfer(evaluator)
+        model = self.options.strategy == "model"
+        if transfer and model:
+            self.report.note(f"{evaluator.target.name}: the search starts from {len(transfer)} evaluations "
                              "of other targets in the store")
-        strategy = make_strategy(self.options.strategy, self.options.seed, prior)
+        prior = self.prior() if model and for_space(space) and evaluator.baseline_features else None
+        if model and "CUDA" in evaluator.target.languages:
+            used = prior.label if prior else "none"
+            self.report.note(f"{evaluator.target.name}: prior {used}")
+            evaluator.store.update_session(evaluator.session, "prior_used", {evaluator.target.name: used})
+        strategy = make_strategy(self.options.strategy, self.options.seed, transfer, prior)
         proposals = Proposals(strategy, space, lambda: self._history(evaluator), self.options.budget, halt,
                               evaluator.baseline_digest, self.options.max_candidates,
-                              self.options.compile_ahead, out_of_time)
+                              self.options.compile_ahead, out_of_time, evaluator.baseline_features)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,
                    overlap="CUDA" in evaluator.target.languages)
@@ -578,6 +616,9 @@ class Tuner:
     def _environment(self) -> dict[str, object]:
         compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}
         described = {**environment.describe(self.gpus), "compilers": compilers}
+        if self.options.strategy == "model":
+            described["prior"] = "off (--no-prior)" if not self.options.prior else (
+                str(self.options.prior_path) if self.options.prior_path else "default")
         return {**described, "shared_gpu": self.shared_gpu} if self.shared_gpu else described
 
     def _provenance(self) -> Provenance:

@@ -123,7 +123,7 @@ def test_warm_start_tries_what_was_faster_for_other_targets_first():
              Trial({"CUDA:rul": "8", "CUDA:dlcm": "cg"}, 0.96, True),
              Trial({"CUDA:rul": "2"}, 1.05, False),
              Trial({"CXX:O": "3"}, 0.5, True)]  # another language: not in this space
-    history, phases, _ = search(ModelGuided(seed=0, prior=prior), 30, until=lambda h: len(h) == 3)
+    history, phases, _ = search(ModelGuided(seed=0, transfer=prior), 30, until=lambda h: len(h) == 3)
     assert [config_key(t.config) for t in history[:2]] == ["CUDA:dlcm=cg CUDA:rul=8", "CUDA:rul=3"]
     # They held up: the model then fits on the other target's rows instead of screening, and does
     # not take over what was slower there.
@@ -147,7 +147,7 @@ def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
         return len(history) if reached(history) else 31
 
     cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(2)]
-    warm = [evaluations_to_95(ModelGuided(seed=s, prior=prior)) for s in range(2)]
+    warm = [evaluations_to_95(ModelGuided(seed=s, transfer=prior)) for s in range(2)]
     assert statistics.median(warm) < statistics.median(cold)
 
 

@@ -80,16 +80,16 @@ def test_a_prior_that_does_not_transfer_is_dropped_after_its_first_failure():
     model without the prior (its rows left out of the fit); a target like this one keeps
     transferring up to TRANSFER_SEEDS."""
     opposite = [Trial(c, 2.0 - ratio(c), 2.0 - ratio(c) < 0.999) for c in CONFIGS]
-    history, phases, _ = search(ModelGuided(seed=0, prior=opposite), [], closed=False, budget=16)
+    history, phases, _ = search(ModelGuided(seed=0, transfer=opposite), [], closed=False, budget=16)
     assert phases[0] == "transfer" and "transfer" not in phases[1:]
     assert history[0].ratio > 1.0
     assert {"screen", "combine"} <= set(phases)
     for n in range(1, len(history)):  # the same proposals as without the prior
         context = Context(SPACE, history[:n], budget=16, baseline_code=BASELINE)
-        assert ModelGuided(seed=0, prior=opposite).propose(context) == ModelGuided(seed=0).propose(context)
+        assert ModelGuided(seed=0, transfer=opposite).propose(context) == ModelGuided(seed=0).propose(context)
 
     similar = [Trial(c, ratio(c) + 0.002, ratio(c) + 0.002 < 0.999) for c in CONFIGS]
-    _, phases, _ = search(ModelGuided(seed=0, prior=similar), [], closed=False, budget=12)
+    _, phases, _ = search(ModelGuided(seed=0, transfer=similar), [], closed=False, budget=12)
     # ... and informs the model in place of screening.
     assert phases[:4] == ["transfer"] * 4 and "screen" not in phases
 

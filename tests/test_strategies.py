@@ -105,7 +105,7 @@ def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
             store.add_sample(e, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
         store.finish_evaluation(e, MEASURED)
     evaluator = SimpleNamespace(store=store, target=SimpleNamespace(name="stencil"), arch_keys=cuda)
-    prior = Tuner._prior(evaluator)
+    prior = Tuner._transfer(evaluator)
     assert sorted((config_key(t.config), t.ratio, t.faster) for t in prior) == [
         ("CUDA:rul=1", 1.2, False), ("CUDA:rul=3", 0.9, True)]  # not its own, not another arch's
     store.close()

@@ -85,11 +85,15 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
+
+if TYPE_CHECKING:
+    from compileiq_build.prior import Prior
 
 # Cost ratio assumed for a configuration that failed to build or run, and the clip of measured
 # ones: 10% slower than the project's flags is simply bad, and how much worse (-maxrregcount=32
@@ -103,18 +107,21 @@ COMBINE = 2
 # Prior spread of one option value's effect on log(cost ratio): a few percent.
 EFFECT_PRIOR = 0.05
 # Evaluations of other targets (warm start) count this much in the fit.
-PRIOR_WEIGHT = 0.5
+TRANSFER_WEIGHT = 0.5
 TRANSFER_SEEDS = 4
 # Standard deviations of the optimistic bound that the stop rule weighs (module docstring).
 STOP_KAPPA = 1.0
+# Prior spread of the scale of the learned prior's predictions, around 1 (prior.py; `_predict`).
+PRIOR_SCALE_SD = 0.5
 FREE_STREAK = 10  # proposals in a row of measured code (module docstring): a budget evaluation's compiles
 MODEL_PHASES = ("combine", "local", "model")  # the phases after screening
 
 
-def _transfers(prior: Sequence[tuple[Config, Trial]], trials: Sequence[tuple[Config, Trial]]) -> bool | None:
+def _transfers(transfer: Sequence[tuple[Config, Trial]],
+               trials: Sequence[tuple[Config, Trial]]) -> bool | None:
     """Whether the other targets' faster configurations measured here gained here at least half
     of what they gained there (log ratios, on average); None before one was measured here."""
-    there = {config_key(c): math.log(t.ratio) for c, t in prior if t.faster and t.ratio}
+    there = {config_key(c): math.log(t.ratio) for c, t in transfer if t.faster and t.ratio}
     pairs = [(math.log(t.ratio) if t.ratio else math.log(INVALID_RATIO), there[config_key(c)])
              for c, t in trials if config_key(c) in there]
     if not pairs:
@@ -162,9 +169,10 @@ class ModelGuided:
     name = "model"
 
     def __init__(self, seed: int = 0, kappa: float = 2.0, noise: float = 0.002,
-                 prior: Sequence[Trial] = ()) -> None:
+                 transfer: Sequence[Trial] = (), prior: Prior | None = None) -> None:
         self.seed = seed
-        self.prior = prior  # evaluations of other targets: the first proposals, and rows of the fit
+        self.transfer = transfer  # evaluations of other targets: the first proposals, and rows of the fit
+        self.prior = prior  # the model learned across kernels (prior.py): the mean of the fit
         self.kappa = kappa
         self.noise = noise  # relative: gains predicted below this are not worth measuring
 
@@ -173,20 +181,20 @@ class ModelGuided:
         space = context.space
         rng = random.Random(f"{self.seed}:{len(context.history)}")
         measured = context.measured
-        prior = [(space.full_config(t.config), t) for t in self.prior if _fits(space, t.config)]
-        if (transfer := self._transfer(context, prior)) is not None:
-            return Proposal(transfer, "transfer")
-        if not _transfers(prior, measured):
-            prior = []
+        transfer = [(space.full_config(t.config), t) for t in self.transfer if _fits(space, t.config)]
+        if (seed := self._transfer(context, transfer)) is not None:
+            return Proposal(seed, "transfer")
+        if not _transfers(transfer, measured):
+            transfer = []
         # What transferred from other targets informs the model as screening would.
-        if not prior and (move := self._screen(context)) is not None:
-            return Proposal(move, "screen")
+        if not transfer and (move := self._screen(context)) is not None:
+            return Proposal(move, "prior" if self._learned(context) else "screen")
         if (streak := _free_streak(context)) >= FREE_STREAK:
             return Stop(f"its last {streak} proposals compiled to machine code measured before")
         pool = self._pool(context, rng)
         if not pool:
             return Stop("every configuration of the space was measured")
-        mean, std = self._predict(context, prior, pool)
+        mean, std = self._predict(context, transfer, pool)
         best = min([1.0, *(t.ratio for _, t in measured if t.ratio is not None)])
         combined = sum(len(_changed(c, space.default_config())) > 1 for c, _ in measured)
         if combined < COMBINE:
@@ -233,7 +241,7 @@ class ModelGuided:
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
         if _screening(context):
-            moves = [m for m in screening_moves(context.space)
+            moves = [m for m in self._moves(context)
                      if context.fresh(m) and config_key(m) not in known
                      and (available is None or config_key(m) in available)]
             if moves:
@@ -248,11 +256,11 @@ class ModelGuided:
         return [pool[i] for i in np.argsort(bound, kind="stable")[:count]]
 
     # -- phases -------------------------------------------------------------------
-    def _transfer(self, context: Context, prior: Sequence[tuple[Config, Trial]]) -> Config | None:
+    def _transfer(self, context: Context, transfer: Sequence[tuple[Config, Trial]]) -> Config | None:
         """Other targets' best configurations first, while what was taken from them holds up."""
-        if len(context.measured) >= TRANSFER_SEEDS or _transfers(prior, context.measured) is False:
+        if len(context.measured) >= TRANSFER_SEEDS or _transfers(transfer, context.measured) is False:
             return None
-        ranked = sorted(((t.ratio, config_key(c), c) for c, t in prior
+        ranked = sorted(((t.ratio, config_key(c), c) for c, t in transfer
                          if t.faster and t.ratio is not None and context.fresh(c)), key=lambda rkc: rkc[:2])
         for _, _, config in ranked:
             if not context.closed or config in context.choices():
@@ -263,10 +271,20 @@ class ModelGuided:
         if not _screening(context):
             return None
         available = context.choices() if context.closed else None
-        for move in screening_moves(context.space):
+        for move in self._moves(context):
             if context.fresh(move) and (available is None or move in available):
                 return move
         return None
+
+    def _moves(self, context: Context) -> list[Config]:
+        """The one-option moves to screen, in order: with a prior, those it predicts to gain
+        beyond the noise, the largest gain first (what it predicts to lose is left to the model,
+        which measures it only where its bound still draws it); else in passes (screening_moves)."""
+        moves = screening_moves(context.space)
+        if not self._learned(context):
+            return moves
+        mean, _ = self._predict(context, [], moves)
+        return [moves[i] for i in np.argsort(mean, kind="stable")]
 
     def _pool(self, context: Context, rng: random.Random) -> list[Config]:
         """Untried configurations to rank, one per known machine code."""
@@ -305,10 +323,10 @@ class ModelGuided:
         return list(unique.values())
 
     # -- the model ---------------------------------------------------------------------
-    def _data(self, context: Context, prior: Sequence[tuple[Config, Trial]]
+    def _data(self, context: Context, transfer: Sequence[tuple[Config, Trial]]
               ) -> tuple[list[Config], np.ndarray, np.ndarray]:
         """Rows of the fit: the baseline, the measured configurations, the known configurations of
-        a measured code (with that code's ratio), and other targets' rows at PRIOR_WEIGHT."""
+        a measured code (with that code's ratio), and other targets' rows at TRANSFER_WEIGHT."""
         space = context.space
         rows: list[tuple[Config, float | None, float]] = [(space.default_config(), 1.0, 1.0)]
         rows += [(c, t.ratio, 1.0) for c, t in context.measured]
@@ -318,21 +336,31 @@ class ModelGuided:
             if config_key(config) not in seen and cand.code in context.by_code:
                 rows.append((config, context.by_code[cand.code].ratio, 1.0))
                 seen.add(config_key(config))
-        rows += [(c, t.ratio, PRIOR_WEIGHT) for c, t in prior]
+        rows += [(c, t.ratio, TRANSFER_WEIGHT) for c, t in transfer]
         target = np.log([min(r, INVALID_RATIO) if r is not None else INVALID_RATIO for _, r, _ in rows])
         return [c for c, _, _ in rows], target, np.array([w for _, _, w in rows])
 
-    def _predict(self, context: Context, prior: Sequence[tuple[Config, Trial]],
+    def _predict(self, context: Context, transfer: Sequence[tuple[Config, Trial]],
                  pool: list[Config]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of log(cost ratio) for every pool configuration."""
-        train, target, weight = self._data(context, prior)
+        train, target, weight = self._data(context, transfer)
         noise, _ = self._noise(context.measured)
+        # The prior learned across kernels is the mean, times a scale fitted here (1 a priori): where
+        # the measurements contradict it, the scale falls towards 0 and the search is as without it.
+        offset_train, offset_pool = self._prior_mean(context, train), self._prior_mean(context, pool)
+        target = target - offset_train
         x_train, x_pool = _one_hot(context.space, train), _one_hot(context.space, pool)
-        if prior:  # an effect of its own for other targets' rows: the offset between the targets
+        spreads = np.full(x_train.shape[1], EFFECT_PRIOR)
+        if transfer:  # an effect of its own for other targets' rows: the offset between the targets
             x_train = np.hstack([x_train, (weight < 1.0)[:, None].astype(float)])
             x_pool = np.hstack([x_pool, np.zeros((len(pool), 1))])
+            spreads = np.append(spreads, EFFECT_PRIOR)
+        if self._learned(context):
+            x_train = np.hstack([x_train, offset_train[:, None]])
+            x_pool = np.hstack([x_pool, offset_pool[:, None]])
+            spreads = np.append(spreads, PRIOR_SCALE_SD)
         # Bayesian ridge: effects ~ N(0, EFFECT_PRIOR^2), measurements ~ N(effects, noise^2 / weight).
-        precision = (x_train.T * weight) @ x_train / noise**2 + np.eye(x_train.shape[1]) / EFFECT_PRIOR**2
+        precision = (x_train.T * weight) @ x_train / noise**2 + np.diag(spreads**-2.0)
         covariance = np.linalg.inv(precision)
         effects = covariance @ ((x_train.T * weight) @ target) / noise**2
         mean = x_pool @ effects
@@ -343,7 +371,19 @@ class ModelGuided:
             spread = max(float(np.var(target)), noise**2)
             gp_mean, gp_var = _gp(context, train, target - x_train @ effects, weight, pool, noise, spread)
             mean, var = mean + gp_mean, var + gp_var
-        return mean, np.sqrt(var)
+        return mean + offset_pool, np.sqrt(var)
+
+    def _learned(self, context: Context) -> bool:
+        """Whether the prior informs this search: one is loaded and the baseline's code is known."""
+        return self.prior is not None and bool(context.baseline_features)
+
+    def _prior_mean(self, context: Context, configs: Sequence[Config]) -> np.ndarray:
+        """The prior's log(cost ratio) of each configuration (0 without one), from its code's
+        features where compiled, else from its options and the baseline's code."""
+        if self.prior is None or not self._learned(context):
+            return np.zeros(len(configs))
+        features = _features(context, configs, totals=False)
+        return self.prior.predict(configs, features, context.baseline_features)
 
     def _noise(self, measured: Sequence[tuple[Config, Trial]]) -> tuple[float, bool]:
         """The gain a measurement resolves: the median half-width of the measured intervals, or
