@@ -2,8 +2,15 @@
 code (candidates with identical code are the same point and are measured once) and
 compile-time features of each kernel, which the model-guided search fits on.
 
-The digest covers the disassembly, not whole files: rebuilding the same source with the
-same flags gives different object files (paths, timestamps) but identical SASS.
+The digest covers the machine code that runs, not whole files: rebuilding the same source
+with the same flags in another build tree gives different object files (the temporary file's
+name in the symbol table, `tmpxft_<pid>_...`; the ptxas options the fatbinary records) but
+identical code.  An object that holds device code counts by its SASS alone (the instructions
+and names of its functions, optionally only the profile's hot kernels): the flags tuned for
+CUDA sources are device flags, which leave the host code alone.  A kernel-less CUDA object
+(main() in a .cu) then adds nothing; one without SASS (-dlto: NVVM IR) counts by its
+fatbinary, which nvcc scrambles with the folder it ran in (two trees never share it: the safe
+side).  An object with no device code (C++) counts by its host disassembly.
 
 The features come from what is read anyway, with no extra compile: the `cuobjdump -sass`
 text behind the digest (the instruction mix: global loads and stores by cache operator,
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import subprocess
 from collections import Counter
 from collections.abc import Sequence
@@ -42,6 +50,11 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _SASS = re.compile(rb"^\s*(/\*[0-9a-f]{4,}\*/|Function : )")
 _ARCH = re.compile(rb"^\s*code for (\w+)")
 _FUNCTION = re.compile(rb"^\s*Function : (\S+)")
+_ELF_CODE = re.compile(rb"^Fatbin elf code:", re.M)  # a cubin: SASS, even of no function
+# Kernels end with EXIT; device functions compiled apart (-rdc) return (RET) instead.
+_EXIT = re.compile(rb"^\s*/\*[0-9a-f]{4,}\*/\s+(@!?\w+\s+)?EXIT\b", re.M)
+# The fatbinary in a CUDA object (-rdc puts it in __nv_relfatbin).
+_FATBIN_SECTIONS = (b".nv_fatbin", b"__nv_relfatbin")
 # "/*00b0*/  @!P0 LDG.E.CONSTANT R0, ..." -> the predicate and the opcode with its modifiers.
 _INSTRUCTION = re.compile(rb"^\s*/\*[0-9a-f]{4,}\*/\s+(@!?\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
@@ -84,22 +97,55 @@ def object_of(rel: str, source: str) -> bool:
     return Path(source).parts[-len(parts):] == tuple(parts)
 
 
-def read_code(objects: list[Path], build_output: str) -> CodeInfo:
+def read_code(objects: list[Path], build_output: str, kernels: set[str] | None = None) -> CodeInfo:
     """The digest and features of these objects' code, disassembling each object once;
-    `build_output` is the build log, with the resource report (nvcc --resource-usage)."""
+    `build_output` is the build log, with the resource report (nvcc --resource-usage).
+
+    With `kernels` (mangled names: the profile's hot kernels) the device part of the digest
+    covers those kernels' SASS alone, plus the device functions that are compiled apart (-rdc:
+    a kernel calls them through a relocation, no name in its SASS); when none of them is in
+    these objects (another target's profile, a renamed kernel), every function's.  The
+    features always cover every function (hot_features selects)."""
+    dumps = [(obj, _cuobjdump(obj)) for obj in objects]
+    functions = [_sass_functions(sass) if sass else [] for _, sass in dumps]
+    named = {name for fs in functions for name, _ in fs}
+    hot = (kernels or set()) & named
     h = hashlib.sha256()
     counts: dict[tuple[str, str | None], Counter[str]] = {}
-    for obj in objects:
-        sass = _cuobjdump(obj)
-        code = b"\n".join(line for line in sass.splitlines() if _SASS.match(line)) if sass else b""
-        # No SASS (-dlto objects hold NVVM IR; ptxas runs at the device link): the whole file,
-        # which never calls two different candidates the same.
-        device = code or (obj.read_bytes() if sass is not None else b"")
+    for (obj, sass), fs in zip(dumps, functions, strict=True):
+        if sass is None:  # no device code: the host code is what the flags change
+            part = b"host\n" + _host_code(obj)
+        elif fs or _ELF_CODE.search(sass):  # a cubin: its functions' SASS (none in a .cu without kernels)
+            part = b"sass\n" + b"".join(code for name, code in fs if _counts(name, code, hot))
+        else:  # no SASS (-dlto objects hold NVVM IR; ptxas runs at the device link)
+            part = b"fatbin\n" + _fatbin(obj)
         h.update(obj.name.encode())
-        h.update(hashlib.sha256(device + b"\n--host--\n" + _host_code(obj)).digest())
+        h.update(hashlib.sha256(part).digest())
         for key, c in _instruction_mix(sass or b"").items():
             counts.setdefault(key, Counter()).update(c)
     return CodeInfo(h.hexdigest() if objects else "", _features(counts, _resources(build_output)))
+
+
+def _counts(name: str, code: bytes, hot: set[str]) -> bool:
+    """Whether a function's SASS is in the digest: every function's without hot kernels; else
+    the hot kernels' and the device functions' (no EXIT: compiled apart, called by kernels)."""
+    return not hot or name in hot or not _EXIT.search(code)
+
+
+def _sass_functions(sass: bytes) -> list[tuple[str, bytes]]:
+    """Each function's SASS in cuobjdump's text, (mangled name, its lines), in order: the name,
+    the arch it is compiled for and the instructions; nothing else (the file names, the
+    recorded options), so that the same code from another build tree reads the same."""
+    found: list[tuple[str, list[bytes]]] = []
+    arch = b""
+    for line in sass.splitlines():
+        if m := _ARCH.match(line):
+            arch = m[1]
+        elif m := _FUNCTION.match(line):
+            found.append((m[1].decode(), [b"code for " + arch, line.strip()]))
+        elif found and _SASS.match(line):
+            found[-1][1].append(line.strip())
+    return [(name, b"\n".join(lines) + b"\n") for name, lines in found]
 
 
 def kernels_of(obj: Path) -> set[str]:
@@ -147,6 +193,34 @@ def _host_code(obj: Path) -> bytes:
     # Drop the lines that name the file; keep the code.
     return b"\n".join(line for line in proc.stdout.splitlines()
                       if str(obj).encode() not in line and b"file format" not in line)
+
+
+def _fatbin(obj: Path) -> bytes:
+    """The fatbinary sections of an object (its device code as nvcc embedded it, with the
+    options it records), or the whole file when there are none to read."""
+    data = obj.read_bytes()
+    sections = _elf_sections(data)
+    found = b"".join(sections[name] for name in _FATBIN_SECTIONS if name in sections)
+    return found or data
+
+
+def _elf_sections(data: bytes) -> dict[bytes, bytes]:
+    """Section name -> contents of a little-endian ELF64 file ({} for anything else)."""
+    if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
+        return {}
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
+        return {}
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = headers[shstrndx]
+    out: dict[bytes, bytes] = {}
+    for name, kind, _, _, offset, size in headers:
+        start = names[4] + name
+        label = data[start:data.find(b"\0", start)]
+        if kind != 8:  # SHT_NOBITS holds nothing in the file
+            out[label] = data[offset:offset + size]
+    return out
 
 
 def _instruction_mix(sass: bytes) -> dict[tuple[str, str | None], Counter[str]]:

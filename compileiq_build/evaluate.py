@@ -206,7 +206,8 @@ class Evaluator:
         self.report.phase(f"{self.target.name}: building the baseline")
         seconds = [1.0]
         for worker in self.workers:  # local workers share one tree: the builds after the first are no-ops
-            built = worker.build(BASELINE_SLOT, self.target.name, None, self.ninja_targets, 3600, self.jobs)
+            built = worker.build(BASELINE_SLOT, self.target.name, None, self.ninja_targets, 3600, self.jobs,
+                                 self.hot_kernels)
             if not built.result.ok:
                 raise CompileIQError(f"the project does not build with its own flags:\n{built.result.log}")
             seconds.append(built.result.seconds)
@@ -245,7 +246,7 @@ class Evaluator:
         """Compile a candidate in a worker's slot (safe in a thread: it touches no store)."""
         started = time.time()
         compiled = worker.build(slot, self.target.name, flags, self.ninja_targets, self._build_timeout,
-                                self.jobs)
+                                self.jobs, self.hot_kernels)
         if compiled.rebuilt_nothing and any(self.target.source_counts.get(lang, 0) for lang in flags):
             # New flags that rebuild nothing would measure the old binary as this candidate.
             raise CompileIQError(
@@ -259,7 +260,7 @@ class Evaluator:
         executable linked), and record its code and features (phase scout): the strategy knows
         them before it chooses what to measure.  Returns the digest ('' when it did not build)."""
         compiled = worker.build(SCOUT_SLOT, self.target.name, flags, [self.target.cmake_target],
-                                self._build_timeout, self.jobs)
+                                self._build_timeout, self.jobs, self.hot_kernels)
         self.record_compiled(config, flags, strategy, compiled, worker)
         return compiled.digest if compiled.result.ok else ""
 
@@ -392,6 +393,13 @@ class Evaluator:
                              and r.id != evaluation), None)
         self.store.set_code(evaluation, digest, self.features(built.compiled), twin)
         return twin
+
+    def rekey_baseline(self, worker: Worker) -> None:
+        """The baseline's digest and features once the hot kernels are known (a no-op build)."""
+        built = worker.build(BASELINE_SLOT, self.target.name, None, self.ninja_targets, 3600, self.jobs,
+                             self.hot_kernels)
+        if built.result.ok:
+            self.baseline_digest, self.baseline_compiled = built.digest, built
 
     @property
     def baseline_features(self) -> dict[str, float]:

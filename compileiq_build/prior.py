@@ -117,12 +117,13 @@ class Prior:
 
     def contributions(self, config: Mapping[str, str], features: Mapping[str, float] | None,
                       base: Mapping[str, float]) -> dict[str, float]:
-        """Each option's share of the predicted log ratio (LightGBM's pred_contrib), the code's
-        features' shares summed as `code`: a prediction, not a measurement."""
-        x = np.array([encode(config, features, base)], dtype=float)
-        contrib = np.asarray(self.booster.predict(x, pred_contrib=True))[0]  # type: ignore[attr-defined]
+        """Each option's share of the predicted log ratio against the project's flags (LightGBM's
+        pred_contrib of the configuration less that of the baseline), the code's features' shares
+        summed as `code`: a prediction, not a measurement."""
+        x = np.array([encode(config, features, base), encode({}, base, base)], dtype=float)
+        contrib = np.asarray(self.booster.predict(x, pred_contrib=True))  # type: ignore[attr-defined]
         out: dict[str, float] = {}
-        for name, value in zip(FEATURES, contrib[:-1], strict=True):
+        for name, value in zip(FEATURES, contrib[0, :-1] - contrib[1, :-1], strict=True):
             key = name.removeprefix("opt_") if name.startswith("opt_") else "code"
             out[key] = out.get(key, 0.0) + float(value)
         return out

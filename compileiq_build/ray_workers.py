@@ -11,7 +11,7 @@ the same paths as the driver (a shared file system, or the same checkout everywh
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,9 @@ class RayWorker:
         return self._call("configure", arch)
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
-              ninja_targets: Sequence[str], timeout: float, jobs: int | None) -> Compiled:
-        return self._call("build", slot, target, flags, ninja_targets, timeout, jobs)
+              ninja_targets: Sequence[str], timeout: float, jobs: int | None,
+              kernels: Collection[str] | None = None) -> Compiled:
+        return self._call("build", slot, target, flags, ninja_targets, timeout, jobs, kernels)
 
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark:
         return self._call("resolve", bench, timeout)

@@ -377,6 +377,8 @@ class Tuner:
             self.report.note("\n".join([f"{unit.name}: where the baseline's GPU time goes (ncu):",
                                         *table_lines(rows)]))
         evaluator.hot_kernels = hot_kernels(rows, unit.name)
+        if evaluator.hot_kernels:  # identity is now that of the hot kernels' code: the baseline's again
+            evaluator.rekey_baseline(worker)
 
     def _output(self) -> Path:
         return self.options.output or (self.project.source_dir / DEFAULT_NAME)
@@ -550,8 +552,12 @@ class Tuner:
             self.report.note(f"{evaluator.target.name}: the search starts from {len(transfer)} evaluations "
                              "of other targets in the store")
         prior = self.prior() if model and for_space(space) and evaluator.baseline_features else None
-        if model and "CUDA" in evaluator.target.languages:
-            used = prior.label if prior else "none"
+        if model:
+            used = prior.label if prior else (
+                "none: it knows CUDA options only" if not for_space(space) else
+                "off (--no-prior)" if not self.options.prior else
+                "none: the baseline's machine code has no features" if not evaluator.baseline_features else
+                "none: it could not be loaded (see the warning)")
             self.report.note(f"{evaluator.target.name}: prior {used}")
             evaluator.store.update_session(evaluator.session, "prior_used", {evaluator.target.name: used})
         strategy = make_strategy(self.options.strategy, self.options.seed, transfer, prior)

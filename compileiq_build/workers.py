@@ -10,7 +10,7 @@ method takes and returns plain, picklable values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -45,7 +45,8 @@ class Worker(Protocol):
     def slots(self) -> int: ...
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
-              ninja_targets: Sequence[str], timeout: float, jobs: int | None) -> Compiled: ...
+              ninja_targets: Sequence[str], timeout: float, jobs: int | None,
+              kernels: Collection[str] | None = None) -> Compiled: ...
 
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark: ...
 
@@ -93,8 +94,10 @@ class LocalWorker:
             tree.write_flags({})
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
-              ninja_targets: Sequence[str], timeout: float, jobs: int | None) -> Compiled:
-        """Compile `flags` for `target` in a slot (the baseline slot keeps the project's flags)."""
+              ninja_targets: Sequence[str], timeout: float, jobs: int | None,
+              kernels: Collection[str] | None = None) -> Compiled:
+        """Compile `flags` for `target` in a slot (the baseline slot keeps the project's flags);
+        the code's identity is that of `kernels` (the profiled hot ones) where they are found."""
         tree = self._tree(slot)
         changed = tree.write_flags({target: flags} if flags else {})
         result = tree.build(ninja_targets, timeout=timeout, jobs=jobs)
@@ -102,7 +105,8 @@ class LocalWorker:
             return Compiled(slot, result)
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
         unit = tree.project.target(target)
-        code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log)
+        code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log,
+                         set(kernels) if kernels else None)
         return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:

@@ -86,6 +86,15 @@ def test_model_guided_search_end_to_end(cxx_project, configure):
     assert 1 <= len(rows) <= 6 and {s for s, _ in rows} == {"model"}  # it may stop early, saying why
     assert len({k for _, k in rows}) == len(rows)  # never the same configuration twice
     assert "saxpy: " in proc.stdout and "x with -O" in proc.stdout  # a -O level beats the project's -O0
+    # The prior (learnt on CUDA kernels) knows no GCC option: the log and the report say so.
+    assert "saxpy: prior none: it knows CUDA options only" in proc.stderr
+    report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(build)],
+                            capture_output=True, text=True)
+    assert "prior of its last search: none: it knows CUDA options only" in report.stdout
+    # --no-prior is accepted, and the resumed run (budget spent) says nothing of a prior it did not use.
+    again = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--budget", "6",
+                            "--no-prior"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
 
 
 def test_identical_code_is_measured_once_and_tables_export(cxx_project, configure, tmp_path):

@@ -187,8 +187,10 @@ class ModelGuided:
         if not _transfers(transfer, measured):
             transfer = []
         # What transferred from other targets informs the model as screening would.
+        if not transfer and self._learned(context) and (guess := self._prior_guess(context, rng)) is not None:
+            return Proposal(guess, "prior")
         if not transfer and (move := self._screen(context)) is not None:
-            return Proposal(move, "prior" if self._learned(context) else "screen")
+            return Proposal(move, "screen")
         if (streak := _free_streak(context)) >= FREE_STREAK:
             return Stop(f"its last {streak} proposals compiled to machine code measured before")
         pool = self._pool(context, rng)
@@ -236,13 +238,13 @@ class ModelGuided:
     def scout(self, context: Context, count: int) -> list[Config]:
         """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
         compile-time features inform the choice before they are measured: while screening, the
-        moves to come; then the untried configurations of lowest bound whose code is unknown,
-        those predicted to spill last."""
+        one-option moves (with a prior, best predicted first: their code informs its guesses);
+        then the untried configurations of lowest bound whose code is unknown, those predicted to
+        spill last."""
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
         if _screening(context):
-            moves = [m for m in self._moves(context)
-                     if context.fresh(m) and config_key(m) not in known
+            moves = [m for m in self._moves(context) if context.fresh(m) and config_key(m) not in known
                      and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
@@ -271,15 +273,21 @@ class ModelGuided:
         if not _screening(context):
             return None
         available = context.choices() if context.closed else None
-        for move in self._moves(context):
+        for move in screening_moves(context.space):
             if context.fresh(move) and (available is None or move in available):
                 return move
         return None
 
+    def _prior_guess(self, context: Context, rng: random.Random) -> Config | None:
+        """While screening with a prior: the untried configuration of the best predicted mean
+        (the prior, scaled and corrected by what was measured here), one-option moves or not."""
+        if not _screening(context) or not (pool := self._pool(context, rng)):
+            return None
+        mean, _ = self._predict(context, [], pool)
+        return pool[int(np.argmin(np.where(_spilling(context, pool), np.inf, mean)))]
+
     def _moves(self, context: Context) -> list[Config]:
-        """The one-option moves to screen, in order: with a prior, those it predicts to gain
-        beyond the noise, the largest gain first (what it predicts to lose is left to the model,
-        which measures it only where its bound still draws it); else in passes (screening_moves)."""
+        """The one-option moves in screening order; with a prior, best predicted first."""
         moves = screening_moves(context.space)
         if not self._learned(context):
             return moves

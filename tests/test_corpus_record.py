@@ -1,0 +1,174 @@
+"""The corpus recorder's compile path and tables (benchmarks/corpus_record.py), with real nvcc,
+ptxas and cuobjdump on a tiny two-kernel source, and its shim's build (no GPU needed)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks import corpus_record as cr
+from benchmarks.search_replay import load_table
+from compileiq_build import codeinfo
+from compileiq_build.codeinfo import read_code
+from compileiq_build.environment import find_tool
+from compileiq_build.space import DEFAULT
+
+# `light` needs few registers (a cap of 32 leaves its code alone); `hungry` keeps 64 values live,
+# so a cap of 32 registers changes its code.
+SOURCE = """
+__global__ void light(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i] + 1.0f;
+}
+__global__ void hungry(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v[64];
+#pragma unroll
+  for (int k = 0; k < 64; ++k) v[k] = x[(i + 131 * k) % n];
+  float s = 0.f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int k = 0; k < 64; ++k) s += v[k] * v[(k * 7 + r) & 63];
+  y[i % n] = s;
+}
+"""
+LIGHT, HUNGRY = "_Z5lightPfPKfi", "_Z6hungryPfPKfi"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[cr.Build]:
+    nvcc = find_tool("nvcc")
+    if not nvcc or not find_tool("cuobjdump"):
+        pytest.skip("nvcc or cuobjdump is not installed")
+    tmp = tmp_path_factory.mktemp("corpus")
+    src = tmp / "two.cu"
+    src.write_text(SOURCE)
+    dims = cr.dimensions()
+    base = {d.key: DEFAULT for d in dims}
+    configs = [base, {**base, "CUDA:ptxas-O": "2"}, {**base, "CUDA:maxrregcount": "32"}]
+    return cr.compile_all(src, tmp, [], dims, configs, tmp / "cubins", "sm_90", 3, nvcc)
+
+
+def test_configurations_are_the_baseline_the_moves_and_distinct_draws() -> None:
+    dims = cr.dimensions()
+    assert dims and not any(d.numerics for d in dims)
+    moves = sum(len(d.values) for d in dims)
+    configs = cr.configurations(dims, 100, 0)
+    assert len(configs) == 1 + moves + 100
+    assert all(v == DEFAULT for v in configs[0].values())
+    assert all(sum(v != DEFAULT for v in c.values()) == 1 for c in configs[1:1 + moves])
+    assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
+    assert configs == cr.configurations(dims, 100, 0)  # seeded
+
+
+def test_flags_split_into_cicc_and_ptxas_options() -> None:
+    dims = cr.dimensions()
+    config = {d.key: DEFAULT for d in dims} | {"CUDA:maxrregcount": "64", "CUDA:dlcm": "cg",
+                                               "CUDA:restrict": "on", "CUDA:jump-table-density": "0"}
+    cicc, ptxas = cr.split_flags(dims, config)
+    assert set(cicc) == {"--restrict", "--jump-table-density=0"}
+    assert set(ptxas) == {"--maxrregcount", "64", "-dlcm=cg"}
+
+
+def test_per_kernel_digests_follow_each_kernels_code(compiled: list[cr.Build]) -> None:
+    base, o2, cap = compiled
+    assert not (base.error or o2.error or cap.error), [b.error for b in compiled]
+    assert set(base.kernels) == {LIGHT, HUNGRY}
+    # Identical SASS, different cubins (each records its ptxas options): identical digests.
+    assert base.cubin.read_bytes() != cap.cubin.read_bytes()
+    assert base.kernels[LIGHT] == cap.kernels[LIGHT] == o2.kernels[LIGHT]
+    # A register cap that changes hungry's code changes its digest and the module's.
+    assert base.kernels[HUNGRY] != cap.kernels[HUNGRY]
+    assert base.digest != cap.digest
+    assert cap.features[HUNGRY]["all:registers"] <= 32 < base.features[HUNGRY]["all:registers"]
+    assert all(k.startswith("all:") for k in base.features[HUNGRY])
+
+
+def test_features_are_those_of_read_code(compiled: list[cr.Build]) -> None:
+    for b in compiled:
+        info = read_code([b.cubin], b.log)
+        for kernel, feats in b.features.items():
+            label = kernel  # short names: the test's are under 60 characters
+            assert feats["all:registers"] == info.features[f"{label}:registers"]
+            assert feats["all:instructions"] == info.features[f"{label}:instructions"]
+
+
+def test_ptx_then_ptxas_gives_the_code_of_nvcc_cubin(tmp_path: Path) -> None:
+    """The fast path (one PTX per cicc-level combination, then ptxas) compiles what nvcc -cubin
+    with the same flags compiles: the SASS is identical (the cubins differ only in the recorded
+    `-v`)."""
+    nvcc = find_tool("nvcc")
+    if not nvcc or not find_tool("cuobjdump"):
+        pytest.skip("nvcc or cuobjdump is not installed")
+    src = tmp_path / "two.cu"
+    src.write_text(SOURCE)
+    dims = cr.dimensions()
+    config = {d.key: DEFAULT for d in dims} | {"CUDA:maxrregcount": "64", "CUDA:dlcm": "cg",
+                                               "CUDA:register-usage-level": "3", "CUDA:restrict": "on"}
+    [build] = cr.compile_all(src, tmp_path, [], dims, [config], tmp_path / "fast", "sm_90", 1, nvcc)
+    flags = [f for d in dims if (f := d.flag(config[d.key]))]
+    ref = tmp_path / "ref.cubin"
+    subprocess.run([nvcc, "-O3", "-arch=sm_90", "-cubin", *flags, str(src), "-o", str(ref)],
+                   check=True, capture_output=True)
+    assert cr.sass_digests(codeinfo._cuobjdump(ref)) == (build.digest, build.kernels)
+
+
+def test_the_table_holds_what_the_shim_rows_say(compiled: list[cr.Build], tmp_path: Path) -> None:
+    dims = cr.dimensions()
+    variant_of, measured_as = cr.assign_variants(compiled)
+    capped = variant_of[compiled[2].digest]
+    assert capped != cr.BASELINE_ID
+    # Ten rounds: the baseline drifts; the capped variant's per-round ratios are known.
+    ratios = [1.30, 1.10, 1.25, 1.20, 1.15, 1.40, 1.22, 1.05, 1.28, 1.18]
+    shim = tmp_path / "shim.csv"
+    with shim.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kernel", "round", "variant", "ms"])
+        for r, ratio in enumerate(ratios):
+            base_ms = 0.5 + 0.01 * r
+            for v in dict.fromkeys(variant_of.values()):
+                w.writerow([HUNGRY, r, v, base_ms * (ratio if v == capped else 1.0)])
+    timing = cr.kernel_timing(HUNGRY, cr.read_shim_csv(shim)[HUNGRY])
+    assert timing.rounds == 10
+    rows = cr.table_rows(dims, compiled, HUNGRY, variant_of, measured_as[HUNGRY], timing)
+    path = tmp_path / "t.csv"
+    cr.write_table(path, dims, rows)
+    table = load_table(path)
+    assert len(table.rows) == 3 and table.baseline == 0
+    base_ms = sorted(0.5 + 0.01 * r for r in range(10))
+    median_base = (base_ms[4] + base_ms[5]) / 2
+    s = sorted(ratios)
+    median = (s[4] + s[5]) / 2
+    # The sign-test interval of the median of 10 pairs at 95%: the 2nd and 9th order statistics.
+    spread = (s[8] - s[1]) / 2 / median
+    by_regcap = {r["maxrregcount"]: i for i, r in enumerate(table.rows)}
+    assert math.isclose(table.times[by_regcap["32"]], median_base * median)
+    assert math.isclose(table.spreads[by_regcap["32"]], spread)
+    assert math.isclose(table.times[table.baseline], median_base)
+    assert table.spreads[table.baseline] is None
+    assert table.codes[by_regcap["32"]] == compiled[2].kernels[HUNGRY][:16]
+    assert table.features[by_regcap["32"]]["all:registers"] <= 32
+
+
+def test_the_shim_builds_and_exports_the_runtime_entry_points(tmp_path: Path) -> None:
+    nvcc = find_tool("nvcc")
+    if not nvcc or not shutil.which("g++") or not shutil.which("nm"):
+        pytest.skip("needs nvcc (for the CUDA headers), g++ and nm")
+    lib = cr.build_shim(tmp_path)
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                             text=True, check=True).stdout.split()
+    for name in ("__cudaRegisterFunction", "__cudaRegisterVar", "__cudaGetKernel", "__cudaLaunchKernel",
+                 "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
+                 "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaMemcpyToSymbol",
+                 "cudaMemcpyToSymbolAsync",
+                 "cudaFuncSetAttribute", "cudaDeviceReset"):
+        assert name in symbols
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], capture_output=True,
+                               text=True, check=True).stdout
+    assert " cu" not in undefined  # no link to libcudart or libcuda: found at run time

@@ -1,0 +1,202 @@
+"""The prior (prior.py): learnt from tables, loaded, and used by the model-guided search.
+
+The kernels here are synthetic, with one rule that holds across them: a raised register-usage
+level gains on register-hungry code, and a register cap below the code's registers spills and
+loses.  A prior learnt from some kernels must carry that rule to another, and a prior that learnt
+the opposite must cost the search only a few evaluations."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compileiq_build.prior import FEATURES, load
+from compileiq_build.space import DEFAULT, Dimension, FlagSpace, config_key
+from compileiq_build.strategies import Candidate, Context, Proposal, Trial
+from compileiq_build.strategies.model import ModelGuided
+
+DIMS = {"register-usage-level": ["0", "5", "10"], "maxrregcount": ["32", "64", "128"], "dlcm": ["cg", "cs"],
+        "restrict": ["on"]}
+SPACE = FlagSpace(tuple(Dimension("CUDA", name, tuple(values), "{v}") for name, values in DIMS.items()))
+
+
+def _kernel(registers: int, rule: int = 1):
+    """A kernel's (config -> (time, features)): `rule` 1 as described above, -1 the opposite."""
+    def measure(config: dict[str, str]) -> tuple[float, dict[str, float]]:
+        level = int(config.get("register-usage-level", DEFAULT).replace(DEFAULT, "5"))
+        cap = int(config.get("maxrregcount", DEFAULT).replace(DEFAULT, "255"))
+        used = min(registers + (level - 5) * 4, cap)
+        spills = max(0, registers - cap) * 8
+        ratio = 1.0 - rule * 0.004 * (level - 5) * (registers > 64)
+        ratio *= 1.3 if spills else 1.0
+        ratio *= 0.99 if config.get("dlcm") == "cg" else 1.0
+        features = {"all:registers": used, "all:spill_bytes": spills, "all:instructions": 1000 + spills,
+                    "all:ldg": 100, "all:ffma": 400, "all:ldl": spills // 4, "all:stl": spills // 4}
+        return 10.0 * ratio, features
+    return measure
+
+
+def _configs(n: int, seed: int) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    out = {config_key({}): {d: DEFAULT for d in DIMS}}
+    for d, values in DIMS.items():
+        for v in values:
+            c = {**dict.fromkeys(DIMS, DEFAULT), d: v}
+            out[config_key(c)] = c
+    while len(out) < n:
+        c = {d: rng.choice([DEFAULT, *v]) for d, v in DIMS.items()}
+        out[config_key(c)] = c
+    return list(out.values())
+
+
+def _write_table(path: Path, measure, project: str) -> None:
+    rows = []
+    for config in _configs(40, hash(path.name) % 1000):
+        time, features = measure(config)
+        rows.append({**config, "time": time, **{f"feature:{k}": v for k, v in features.items()}})
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    path.with_suffix(".json").write_text(json.dumps({"project": project}))
+
+
+def _corpus(folder: Path, rule: int) -> Path:
+    folder.mkdir()
+    for i, registers in enumerate((40, 80, 96, 120, 160, 200)):
+        _write_table(folder / f"p{i % 3}__k{i}.csv", _kernel(registers, rule), f"p{i % 3}")
+    return folder
+
+
+def _learn(corpus: Path, output: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "compileiq_build", "learn", "--corpus", str(corpus),
+                           "--output", str(output)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("prior")
+    proc = _learn(_corpus(folder / "corpus", rule=1), folder / "prior.txt")
+    assert proc.returncode == 0, proc.stderr
+    assert "6 kernels of 3 projects" in proc.stdout
+    return folder / "prior.txt"
+
+
+def test_learn_writes_a_model_that_carries_the_rule_to_an_unseen_kernel(learned):
+    meta = json.loads(learned.with_suffix(".json").read_text())
+    assert meta["features"] == list(FEATURES) and meta["kernels"] == 6 and meta["rows"] == 240
+    prior = load(learned)
+    assert prior is not None and "6 kernels of 3 projects" in prior.label
+    unseen = _kernel(140)
+    base = unseen({})[1]
+    configs = [{"CUDA:register-usage-level": "10"}, {"CUDA:maxrregcount": "32"}, {}]
+    # Compiled (code features known) and not compiled yet (options and the baseline's code only).
+    for features in ([unseen({k.split(":")[1]: v for k, v in c.items()})[1] for c in configs], [None] * 3):
+        level10, cap32, baseline = prior.predict(configs, features, base)
+        assert level10 < -0.005 and cap32 > 0.05 and abs(baseline) < 0.005
+    contributions = prior.contributions({"CUDA:register-usage-level": "10"}, None, base)
+    assert min(contributions, key=contributions.get) == "register-usage-level"
+
+
+def test_the_shipped_model_is_what_learn_makes_of_the_committed_corpus(tmp_path):
+    """A stale model file (the corpus or the encoding changed, `learn` not run) fails here."""
+    from compileiq_build.learn import CORPUS
+    from compileiq_build.prior import SHIPPED
+
+    proc = _learn(CORPUS, tmp_path / "prior.txt")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "prior.txt").read_text() == SHIPPED.read_text()
+    shipped = json.loads(SHIPPED.with_suffix(".json").read_text())
+    assert json.loads((tmp_path / "prior.json").read_text()) == shipped
+
+
+def test_a_missing_broken_or_stale_model_is_a_warning_and_no_prior(tmp_path, learned):
+    said: list[str] = []
+    assert load(tmp_path / "none.txt", said.append) is None
+    broken = tmp_path / "broken.txt"
+    broken.write_text("not a model")
+    broken.with_suffix(".json").write_text(learned.with_suffix(".json").read_text())
+    assert load(broken, said.append) is None
+    stale = tmp_path / "stale.txt"
+    stale.write_text(learned.read_text())
+    stale.with_suffix(".json").write_text(json.dumps({"format": 0, "features": ["x"]}))
+    assert load(stale, said.append) is None
+    assert [s.split(" ")[:2] for s in said] == [["no", "prior"], ["the", "prior"], ["the", "prior"]]
+    assert "learn" in said[0] and "could not be read" in said[1] and "another version" in said[2]
+
+
+def test_learn_reports_a_folder_without_tables(tmp_path):
+    proc = _learn(tmp_path, tmp_path / "p.txt")
+    assert proc.returncode != 0 and "no corpus tables" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _search(measure, prior, budget: int) -> list[float]:
+    """A closed search over a kernel's table (every configuration compiled): the ratios measured."""
+    configs = _configs(60, 5)
+    results = {config_key(c): measure(c) for c in configs}
+    base_time, base_features = results[config_key({})]
+    keyed = [{f"CUDA:{k}": v for k, v in c.items()} for c in configs]
+    known = [Candidate(k, config_key(k), results[config_key(c)][1])
+             for k, c in zip(keyed, configs, strict=True)]
+    history: list[Trial] = []
+    strategy = ModelGuided(prior=prior)
+    while len(history) < budget:
+        context = Context(SPACE, history, known, closed=True, budget=budget, baseline_code=config_key({}),
+                          baseline_features=base_features)
+        proposal = strategy.propose(context)
+        if not isinstance(proposal, Proposal):
+            break
+        ratio = results[config_key({k.split(":")[1]: v for k, v in proposal.config.items()})][0] / base_time
+        history.append(Trial(proposal.config, ratio, ratio < 1, 0.002, config_key(proposal.config),
+                             phase=proposal.phase))
+    return [t.ratio for t in history]
+
+
+def _evaluations_to_optimum(ratios: list[float], optimum: float) -> int:
+    return next((i + 1 for i, r in enumerate(ratios) if r <= optimum + 1e-9), len(ratios) + 1)
+
+
+def test_the_prior_brings_the_optimum_sooner_and_a_wrong_one_costs_little(tmp_path, learned):
+    unseen = _kernel(140)
+    optimum = min(unseen(c)[0] for c in _configs(60, 5)) / unseen({})[0]
+    right = load(learned)
+    _learn(_corpus(tmp_path / "opposite", rule=-1), tmp_path / "wrong.txt")
+    wrong = load(tmp_path / "wrong.txt")
+    assert right is not None and wrong is not None
+    without = _evaluations_to_optimum(_search(unseen, None, 20), optimum)
+    with_right = _evaluations_to_optimum(_search(unseen, right, 20), optimum)
+    with_wrong = _evaluations_to_optimum(_search(unseen, wrong, 20), optimum)
+    assert with_right < without <= 20
+    assert with_wrong <= without + 4
+
+
+@pytest.mark.gpu
+def test_tune_on_a_gpu_starts_from_the_shipped_prior_and_without_it_when_asked(tmp_path, configure):
+    """The sample nbody, a few evaluations each way: the log says which prior steered the search,
+    the first proposals are the prior's, and the report shows its prediction beside the measurements."""
+    from conftest import ROOT
+
+    logs = {}
+    for name, extra in (("with", []), ("without", ["--no-prior"])):
+        build = tmp_path / name
+        configure(ROOT / "sample_project", build, "-DCMAKE_CUDA_ARCHITECTURES=native")
+        proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--targets",
+                               "nbody_kernels", "--budget", "4", "--repeats", "2", "--max-repeats", "3",
+                               "--no-profile", "--output", str(tmp_path / f"{name}.cmake"), *extra],
+                              capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs[name] = proc.stderr
+    assert "nbody_kernels: prior prior.txt (" in logs["with"]
+    assert "nbody_kernels: prior off (--no-prior)" in logs["without"]
+    assert re.search(r"\] prior: CUDA:", logs["with"]) and not re.search(r"\] prior: ", logs["without"])
+    assert re.search(r"\] screen: CUDA:", logs["without"])
+    report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(tmp_path / "with")],
+                            capture_output=True, text=True)
+    assert "prior of its last search: prior.txt (" in report.stdout
