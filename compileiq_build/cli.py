@@ -23,6 +23,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
+def _fraction(text: str) -> float:
+    """A relative width between 0 and 1 (0.005 = 0.5%)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number like 0.005") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie between 0 and 1 (0.005 = 0.5%)")
+    return value
+
+
 def _duration(text: str) -> float:
     """Seconds, or a number with s/m/h: 90, 90s, 30m, 2h."""
     scale = {"s": 1, "m": 60, "h": 3600}
@@ -102,8 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", type=Path,
                    help="folder for the copy of sample_project and its builds (default: a new "
                    "temporary folder)")
-    # Six candidates leave no room for the model after its 8 random seeds: on the H200 none of its
-    # uniform draws over 9 options was faster, where staged's single changes found gemm's gain.
+    # Six candidates are few for the model's phases; staged's single changes found gemm's gain.
     _tune_arguments(d, budget=6, strategy="staged")
     return p
 
@@ -143,7 +160,7 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    help="paired candidate/baseline runs per workload, at least (default 5)")
     p.add_argument("--max-repeats", type=_positive_int, default=20,
                    help="... and at most, while the comparison is undecided (default 20)")
-    p.add_argument("--precision", type=float, default=0.005,
+    p.add_argument("--precision", type=_fraction, default=0.005,
                    help="stop pairing once the 95%% interval of the ratio is narrower than this "
                    "(default 0.005 = 0.5%%)")
     p.add_argument("--allow-numerics-change", action="store_true",
@@ -151,7 +168,7 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--allow-host-specific", action="store_true",
                    help="also try options tied to this machine's CPU (-march=native): the binaries "
                    "then run only on CPUs like this one, and the toolchain file says so")
-    p.add_argument("--compile-ahead", type=int, default=5, metavar="N",
+    p.add_argument("--compile-ahead", type=_count, default=5, metavar="N",
                    help="CUDA targets: while the GPU measures, compile up to N configurations per "
                    "evaluation of the budget ahead, for their machine code and features (default 5; "
                    "0: off)")
@@ -165,7 +182,8 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     prior.add_argument("--prior", dest="prior_path", type=Path, metavar="PATH",
                        help="the prior's model file (default: BUILD_DIR/compileiq/prior.txt if "
                        "`learn --add` wrote one, else the one shipped)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the strategies that draw at random (model, random, survey)")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
                         help="continue from the stored results (default)")

@@ -127,3 +127,11 @@ def test_cuda_targets_without_a_gpu(tmp_path, configure, nvcc):
     _fails_with(_cli("tune", str(tmp_path / "build")),
                 "tuning CUDA targets (k) needs an NVIDIA GPU, and nvidia-smi finds none here. "
                 "To tune the C++ targets alone: --targets h")
+
+
+def test_out_of_range_settings_are_refused(tmp_path):
+    for args, text in ((["--precision", "-1"], "must lie between 0 and 1"),
+                       (["--precision", "1.5"], "must lie between 0 and 1"),
+                       (["--compile-ahead", "-2"], "not a whole number of 0 or more")):
+        proc = _cli("tune", str(tmp_path), *args)
+        assert proc.returncode == 2 and text in proc.stderr and "Traceback" not in proc.stderr

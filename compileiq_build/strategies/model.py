@@ -4,6 +4,12 @@ Each proposal names its phase, for the log:
 
 - **transfer** (warm start): the best faster configurations of other targets in the store
   (up to TRANSFER_SEEDS), as long as they gain here at least half of what they gained there.
+- **prior** (with a prior learned across kernels, prior.py, in place of screening): the untried
+  configuration of the best predicted mean, one option or several, for the screening share of the
+  budget.  The prior is the mean of the fit below, times a scale fitted here (1 a priori, prior
+  spread PRIOR_SCALE_SD): where the measurements contradict it the scale falls towards 0 and the
+  search goes on as without it.  While it guesses, the one-option moves are compiled ahead, best
+  predicted first, so that their code informs the guesses.
 - **screen** (unless what transferred from other targets informs the model): one-option moves
   away from the project's flags, in passes over the dimensions in
   stage order (common to exotic), each pass taking every dimension's next value; a dimension's
