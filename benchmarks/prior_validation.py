@@ -49,14 +49,18 @@ def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int]) -> dic
     path, training, budgets, seeds, peers, ahead = job
     prior = Prior(fit([read_table(p) for p in training]), {}, Path("left-out"))
     table = load_table(path)
-    top = max(budgets)
+    # A table of fewer codes than a budget is measured whole before it: no peer could spend more.
+    codes = len(set(table.codes)) - 1
+    asked = budgets
+    top = min(max(budgets), codes)
     out: dict = {"table": path.stem, "optimum_gain": table.times[table.baseline] / table.optimum - 1.0,
                  "rows": len(table.rows), "at": {}, "trace": {}}
     for name, make in (("model+prior", lambda s, tr: ModelGuided(s, prior=prior)),
                        ("model", lambda s, tr: ModelGuided(s))):
-        out["at"][name] = {str(b): fraction(table, run_ours(table, make, b, 0, ahead=ahead))
-                           for b in budgets}
-        out["trace"][name] = trace(table, run_ours(table, make, top, 0, ahead=ahead), top)
+        out["at"][name] = {str(b): fraction(table, run_ours(table, make, min(b, codes), 0, ahead=ahead))
+                           for b in asked}
+        measured = run_ours(table, make, top, 0, ahead=ahead)
+        out["trace"][name] = trace(table, measured, top) + [fraction(table, measured)] * (max(asked) - top)
     others: dict[str, list[list[float]]] = {"random": [
         trace(table, run_ours(table, lambda s, tr: RandomSearch(s), top, seed), top)
         for seed in range(seeds)]}
@@ -68,8 +72,8 @@ def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int]) -> dic
             out.setdefault("unavailable", {})[name] = str(exc)
     for name, traces in others.items():
         mean_trace = [statistics.median(t[k] for t in traces) for k in range(top)]
-        out["trace"][name] = mean_trace
-        out["at"][name] = {str(b): mean_trace[b - 1] for b in budgets}
+        out["trace"][name] = mean_trace + [mean_trace[-1]] * (max(asked) - top)
+        out["at"][name] = {str(b): mean_trace[min(b, top) - 1] for b in asked}
     return out
 
 

@@ -223,7 +223,7 @@ def _open_search(model: ModelGuided, spills, outcome, budget: int) -> tuple[list
 
 
 def test_an_open_search_does_not_measure_what_a_compiled_configuration_shows_to_spill():
-    """tune's trap on the H200 (session 8): register caps that spill had been compiled, not
+    """tune's trap on the H200: register caps that spill had been compiled, not
     measured; the model proposed other configurations with those caps, not compiled yet, which
     the spill rule could not see (0.10x, 0.90x, 0.10x).  Here R=2 and R=3 spill whatever else
     is set (50% slower), and the budget leaves their one-option moves to the model.  Without
@@ -262,7 +262,7 @@ def test_vet_turns_down_only_the_models_own_proposals_of_spilling_code():
 
 
 def test_the_model_stops_when_its_proposals_keep_compiling_to_measured_code():
-    """The sample nbody on the H200 (session 9): most options leave its code as it is, and after
+    """The sample nbody on the H200: most options leave its code as it is, and after
     the optimum the model's proposals compiled to measured code 69 times in a row, a compile
     each, until the time limit.  Here only O and X change the code, among five options; without
     the rule the model goes on to 200 proposals (tune's candidate bound at budget 20)."""
@@ -312,7 +312,7 @@ def test_the_model_stops_when_only_spilling_code_is_left():
 
 
 def test_the_local_step_first_takes_an_option_of_the_best_away():
-    """The sample gemm on the H200 (sessions 8 and 9): every run's best within 20 evaluations was
+    """The sample gemm on the H200: every run's best within 20 evaluations was
     the optimum plus one store cache operator, and only minimizing, after the search, took it
     away.  In an open space the local step first measures the best with one of its options back
     at the default (uncompiled, so no features to rank it by), before a compiled code near the
@@ -343,7 +343,7 @@ def test_the_local_step_first_takes_an_option_of_the_best_away():
 
 
 def test_a_local_step_in_flight_for_the_previous_best_leaves_the_new_best_unrefined():
-    """The sample gemm on the H200, session 10, seed 1: a local step proposed for the best so far
+    """The sample gemm on the H200, seed 1: a local step proposed for the best so far
     was still compiling when a new best was measured, and stood after it in the history; taken
     as the new best's own local step, it left that one unrefined.  A local step counts for the
     configuration it names as its parent; one recorded without a parent (older stores) counts

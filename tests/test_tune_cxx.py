@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import compile_commands
 
+import compileiq_build
 from compileiq_build.project import load_manifest
 from compileiq_build.selection import finalists, outcomes, pairs
 from compileiq_build.store import read_store
@@ -95,6 +98,12 @@ def test_model_guided_search_end_to_end(cxx_project, configure):
     again = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(build), "--budget", "6",
                             "--no-prior"], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
+    # learn --add reads the store; a C++ target adds nothing to a prior of CUDA options.
+    learned = subprocess.run([sys.executable, "-m", "compileiq_build", "learn", "--add", str(build),
+                              "--output", str(cxx_project / "p.txt")], capture_output=True, text=True)
+    assert learned.returncode == 0, learned.stderr
+    shipped = json.loads((Path(compileiq_build.__file__).parent / "data" / "prior.json").read_text())
+    assert json.loads((cxx_project / "p.json").read_text())["kernels"] == shipped["kernels"]
 
 
 def test_identical_code_is_measured_once_and_tables_export(cxx_project, configure, tmp_path):

@@ -41,7 +41,7 @@ them, and spills to local memory are slowdowns but rarely.  Combine proposals ar
 H200 one measured a register cap that spilled (0.100x, 2 pairs), but the replays that left
 spilling code out of combine too ended short where they had not (the recorded gemm table at
 --compile-ahead 5: 0.892 of the optimum's gain in 20 of 20 seeds, against 1.000; synthetic_008:
-0.947 against 1.000; benchmarks/results/search/compile_ahead/, session 9): a combination
+0.947 against 1.000; benchmarks/results/search/compile_ahead/): a combination
 measured spilling teaches the fit what the caps do.  Where a configuration is not
 compiled yet, an additive model of the spills over the options, fitted on every compiled
 configuration (measured or not), predicts them; `scout` names such configurations last, so a
@@ -75,13 +75,13 @@ budget it was given (lowest bound first).  Near the best the model's confidence 
 the last fraction of a percent lies in interactions a few measurements of other codes do not
 show (the sample nbody's optimum is its best one-option move plus `-dscm=cg`, which alone is
 slower; the model stopped at 10 of 20 evaluations, at 0.955 of the optimum's gain, and with the
-budget spent it reaches it; benchmarks/results/search/large/README.md, session 13).
+budget spent it reaches it; benchmarks/results/search/large/README.md).
 
 It also stops after FREE_STREAK proposals in a row (of its phases
 after screening) compiled to machine code measured before: where most options leave the code
 as it is (the sample nbody: 41 codes in 261 configurations), the bound keeps drawing it to
 configurations it has not compiled, which are then the same code again, a compile each (on the
-H200, 69 such compiles in a row after the optimum was found, until the time limit; session 9).
+H200, 69 such compiles in a row after the optimum was found, until the time limit).
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     (this step exploits).  Decided from the history alone, so that a resumed run, or one with
     proposals in flight, decides alike.  A local proposal is for the configuration it names as
     its parent: while a new best is measured, one for the previous best may be in flight and
-    then stand after it in the history (the H200 gemm, session 10).  One recorded without a
+    then stand after it in the history (seen on the H200 gemm).  One recorded without a
     parent counts for whatever best it follows."""
     key = config_key(incumbent)
     configs = [config_key(context.space.full_config(t.config)) for t in context.history]
