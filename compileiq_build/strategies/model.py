@@ -119,6 +119,7 @@ TRANSFER_SEEDS = 4
 STOP_KAPPA = 1.0
 # Prior spread of the scale of the learned prior's predictions, around 1 (prior.py; `_predict`).
 PRIOR_SCALE_SD = 0.5
+PRIOR_TRIES = 2  # guesses of the prior that must gain, or screening takes over
 FREE_STREAK = 10  # proposals in a row of measured code (module docstring): a budget evaluation's compiles
 MODEL_PHASES = ("combine", "local", "model")  # the phases after screening
 
@@ -287,6 +288,12 @@ class ModelGuided:
     def _prior_guess(self, context: Context, rng: random.Random) -> Config | None:
         """While screening with a prior: the untried configuration of the best predicted mean
         (the prior, scaled and corrected by what was measured here), one-option moves or not."""
+        guessed = [t for _, t in context.measured if t.phase == "prior"]
+        noise, _ = self._noise(context.measured)
+        # Two guesses that gained nothing beyond the noise: the prior does not know this code,
+        # and screening takes over.
+        if len(guessed) >= PRIOR_TRIES and not any(t.ratio and t.ratio < 1 - noise for t in guessed):
+            return None
         if not _screening(context) or not (pool := self._pool(context, rng)):
             return None
         mean, _ = self._predict(context, [], pool)
