@@ -114,28 +114,12 @@ def labels(dims: Sequence[Dimension], config: Config) -> dict[str, str]:
 
 # ---- Machine code --------------------------------------------------------------------------
 
-def kernel_sass(sass: bytes) -> dict[str, list[bytes]]:
-    """Each function's instruction lines in cuobjdump -sass text (from its `Function : name`
-    header to the next), keeping the lines that codeinfo's digest keeps, with their runs of
-    blanks made one: cuobjdump pads the columns to the longest instruction of the whole file, so
-    a change in one kernel would otherwise change the text of all."""
-    sections: dict[str, list[bytes]] = {}
-    current: list[bytes] | None = None
-    for line in sass.splitlines():
-        if m := codeinfo._FUNCTION.match(line):
-            current = sections.setdefault(m[1].decode(), [])
-        elif current is not None and codeinfo._SASS.match(line):
-            current.append(b" ".join(line.split()))
-    return sections
-
-
 def sass_digests(sass: bytes) -> tuple[str, dict[str, str]]:
-    """The module's digest (all functions' names and instructions, as codeinfo.read_code digests
-    device code) and a digest per function of its own instructions."""
-    module = b"\n".join(line for line in sass.splitlines() if codeinfo._SASS.match(line))
-    kernels = {name: hashlib.sha256(b"\n".join(lines)).hexdigest()
-               for name, lines in kernel_sass(sass).items()}
-    return hashlib.sha256(module).hexdigest(), kernels
+    """The module's digest (its functions' SASS, as codeinfo.read_code digests device code) and
+    a digest per function of its own SASS."""
+    functions = codeinfo.sass_functions(sass)
+    kernels = {name: hashlib.sha256(code).hexdigest() for name, code in functions}
+    return hashlib.sha256(b"".join(code for _, code in functions)).hexdigest(), kernels
 
 
 @dataclass
@@ -155,10 +139,7 @@ def read_build(build: Build) -> None:
     """Fill in the digests and per-kernel features of a compiled build.
 
     The features are codeinfo.read_code's for this one cubin, computed from the SASS read here
-    (read_code would disassemble it a second time; tests check that they agree).  The module
-    digest is taken from the SASS alone: read_code's digest also hashes an object's host code,
-    and a cubin has none, so it would hash the whole cubin, whose ELF notes record the ptxas
-    command line (every configuration would differ)."""
+    (read_code would disassemble it a second time; tests check that they agree)."""
     sass = codeinfo._cuobjdump(build.cubin)
     if not sass:
         build.error = "cuobjdump found no SASS in the cubin"
@@ -544,13 +525,6 @@ class Prepared:
     variant_of: dict[str, str]
     measured_as: dict[str, dict[str, str]]
     cubin_of: dict[str, Path]
-
-
-def record_program(prog: Program, out: Path, lib: Path, args: argparse.Namespace,
-                   log: Callable[[str], None]) -> None:
-    """Build, compile, run and table one program; what fails is logged and the rest kept."""
-    if (ready := prepare_program(prog, out, args, log)) is not None:
-        measure_program(ready, out, lib, args, log)
 
 
 def prepare_program(prog: Program, out: Path, args: argparse.Namespace,

@@ -107,7 +107,7 @@ def read_code(objects: list[Path], build_output: str, kernels: set[str] | None =
     these objects (another target's profile, a renamed kernel), every function's.  The
     features always cover every function (hot_features selects)."""
     dumps = [(obj, _cuobjdump(obj)) for obj in objects]
-    functions = [_sass_functions(sass) if sass else [] for _, sass in dumps]
+    functions = [sass_functions(sass) if sass else [] for _, sass in dumps]
     named = {name for fs in functions for name, _ in fs}
     hot = (kernels or set()) & named
     h = hashlib.sha256()
@@ -132,10 +132,12 @@ def _counts(name: str, code: bytes, hot: set[str]) -> bool:
     return not hot or name in hot or not _EXIT.search(code)
 
 
-def _sass_functions(sass: bytes) -> list[tuple[str, bytes]]:
+def sass_functions(sass: bytes) -> list[tuple[str, bytes]]:
     """Each function's SASS in cuobjdump's text, (mangled name, its lines), in order: the name,
     the arch it is compiled for and the instructions; nothing else (the file names, the
-    recorded options), so that the same code from another build tree reads the same."""
+    recorded options), so that the same code from another build tree reads the same.  Runs of
+    blanks count as one: cuobjdump pads its columns to the longest instruction of the whole
+    file, so that a change in one function would otherwise change the text of every other."""
     found: list[tuple[str, list[bytes]]] = []
     arch = b""
     for line in sass.splitlines():
@@ -144,7 +146,7 @@ def _sass_functions(sass: bytes) -> list[tuple[str, bytes]]:
         elif m := _FUNCTION.match(line):
             found.append((m[1].decode(), [b"code for " + arch, line.strip()]))
         elif found and _SASS.match(line):
-            found[-1][1].append(line.strip())
+            found[-1][1].append(b" ".join(line.split()))
     return [(name, b"\n".join(lines) + b"\n") for name, lines in found]
 
 

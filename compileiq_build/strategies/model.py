@@ -401,7 +401,7 @@ class ModelGuided:
     def _prior_mean(self, context: Context, configs: Sequence[Config]) -> np.ndarray:
         """The prior's log(cost ratio) of each configuration (0 without one), from its code's
         features where compiled, else from its options and the baseline's code."""
-        if self.prior is None or not self._learned(context):
+        if self.prior is None or not context.baseline_features:  # as `_learned`
             return np.zeros(len(configs))
         features = _features(context, configs, totals=False)
         return self.prior.predict(configs, features, context.baseline_features)
