@@ -114,10 +114,12 @@ def replay(rows: list[dict], sampling: Sampling, race: Race | None = None) -> di
             "mean_search_pairs": round(statistics.mean(used), 2) if used else None}
 
 
-def noise(rows: list[dict]) -> Race:
-    """What the store's history gives the racing rule: the noise of the log paired ratio."""
+def noise(rows: list[dict], sampling: Sampling) -> Race:
+    """What the store's history gives the racing rule: the noise of the log paired ratio; the
+    incumbent is the baseline (nothing faster found yet), as in screening."""
     logs = [math.log(r["cand"] / r["base"]) for r in rows]
-    return Race(None, {"w": statistics.median(abs(a - b) for a, b in pairwise(logs)) / NORMAL_STEP})
+    return Race(None, {"w": statistics.median(abs(a - b) for a, b in pairwise(logs)) / NORMAL_STEP},
+                incumbent=1.0, precision=sampling.precision)
 
 
 def scaled(rows: list[dict], factor: float) -> list[dict]:
@@ -129,7 +131,7 @@ def smallest_detected(aa: list[dict], sampling: Sampling) -> list[dict]:
     against finalists exactly as fast as it."""
     table = []
     for d in (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01):
-        race = replace(noise(aa), reference=1 - d)
+        race = replace(noise(aa, sampling), reference=1 - d)
         table.append({"faster_by": d, **replay(scaled(aa, 1 - d), sampling, race)})
     return table
 
@@ -140,7 +142,8 @@ def racing(aa: list[dict], sampling: Sampling) -> list[dict]:
     table = []
     for kind, factor in kinds.items():
         for reference in (None, 0.99):
-            rows, race = scaled(aa, factor), replace(noise(aa), reference=reference)
+            rows, race = scaled(aa, factor), replace(noise(aa, sampling), reference=reference,
+                                                     incumbent=reference or 1.0)
             table.append({"kind": kind, "reference": reference, "no_racing": replay(rows, sampling),
                           "racing": replay(rows, sampling, race)})
     return table
@@ -148,14 +151,14 @@ def racing(aa: list[dict], sampling: Sampling) -> list[dict]:
 
 def analysis(aa: list[dict], power: list[dict], sampling: Sampling) -> dict:
     """Every replay of the two pools, racing as the search stage does without a reference."""
-    race = noise(aa)
+    race = noise(aa, sampling)
     aa_logs = [r["cand"] / r["base"] for r in aa]
     return {
         "sampling": asdict(sampling), "race_noise_sd": race.noise["w"],
         "aa": {**replay(aa, sampling, race), "median_ratio": statistics.median(aa_logs),
                "share_below_1": sum(r < 1 for r in aa_logs) / len(aa_logs),
                "ratio_spread_mad": statistics.median(abs(r - statistics.median(aa_logs)) for r in aa_logs)},
-        "power_0.98pct": replay(power, sampling, noise(power)),
+        "power_0.98pct": replay(power, sampling, noise(power, sampling)),
         "power_curve_from_aa": smallest_detected(aa, sampling),
         "racing": racing(aa, sampling),
     }

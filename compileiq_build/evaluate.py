@@ -27,6 +27,15 @@ first takes all its pairs.  The candidate is raced out when
 
 With 2 pairs the low end is the smaller ratio: a candidate truly as good as the
 reference is raced out with probability P(z > 3)^2 = 2e-6 under normal noise.
+
+Indifference zone (search only): from `INDIFFERENT_PAIRS` pairs on, a candidate stops once it
+cannot beat the incumbent (the best search candidate found faster, else the baseline) by the
+resolution that matters, `--precision`: the geometric mean over workloads of its optimistic
+bound, median log ratio - 2 x 1.2533 sigma / sqrt(pairs) with the pooled sigma above (2.3% one
+sided per look), lies above incumbent x (1 - precision).  One whose interval says faster still
+gets `min_pairs` first.  Replayed on recorded H200 A/A pairs (benchmarks/measurement_power.py),
+identical candidates took 4.3 pairs instead of 16.9, no false winner, and a candidate 1.5 x
+precision faster is still found with 95% power (precision itself: 74%, the zone's edge).
 """
 
 from __future__ import annotations
@@ -73,6 +82,10 @@ RACE_FLOOR = 0.005
 RACE_SIGMAS = 3.0
 RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
 NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
+# Indifference zone: see the module docstring.
+INDIFFERENT_PAIRS = 3
+INDIFFERENT_Z = 2.0
+MEDIAN_SD = 1.2533  # sd of a normal sample's median, in units of sd / sqrt(n): sqrt(pi / 2)
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,9 @@ class Sampling:
                         self.time_cap * factor)
 
 
+Costs = Mapping[str, tuple[list[float], list[float]]]
+
+
 @dataclass(frozen=True)
 class Race:
     """What a search candidate races against (module docstring)."""
@@ -96,13 +112,13 @@ class Race:
     settled: Mapping[str, float] = field(default_factory=dict)  # earlier benchmarks' final low ends
     last: bool = True  # measuring the evaluation's last benchmark: rule (b) bounds every workload
     against: str = "the finalists reach"  # what the reference is, for the reason
+    incumbent: float | None = None  # the best search ratio so far (at most 1); None: no indifference
+    precision: float = 0.005  # the indifference zone's width, relative
+    others: Costs = field(default_factory=dict)  # the pairs of the evaluation's other benchmarks
 
     def margin(self, workload: str) -> float | None:
         sigma = self.noise.get(workload)
         return None if sigma is None else max(RACE_FLOOR, RACE_SIGMAS * sigma)
-
-
-Costs = Mapping[str, tuple[list[float], list[float]]]
 
 
 def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
@@ -127,6 +143,26 @@ def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
     return ""
 
 
+def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
+    """Why the candidate cannot beat the incumbent by the race's precision, or "" while it
+    still can (module docstring); needs every workload's noise."""
+    if race is None or race.incumbent is None or pairs < INDIFFERENT_PAIRS:
+        return ""
+    bounds = []
+    for workload, (cand, base) in {**race.others, **costs}.items():
+        sigma = race.noise.get(workload)
+        if sigma is None or not cand:
+            return ""
+        logs = [math.log(c / b) for c, b in zip(cand, base, strict=False)]
+        bounds.append(statistics.median(logs) - INDIFFERENT_Z * MEDIAN_SD * sigma / math.sqrt(len(logs)))
+    bound = math.exp(sum(bounds) / len(bounds))
+    if bound <= race.incumbent * (1 - race.precision):
+        return ""
+    best = "the baseline" if race.incumbent >= 1 else f"the best so far, {1 / race.incumbent:.3f}x"
+    return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {race.precision:.1%} "
+            f"better than {best}")
+
+
 def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
                   race: Race | None = None) -> bool:
     """The stopping rule: costs maps each workload entry to (candidate, baseline) costs, paired."""
@@ -135,6 +171,9 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
         return True
     if raced_out(costs, pairs, race):
         return True
+    if indifferent(costs, pairs, race) and (pairs >= sampling.min_pairs or not any(
+            ratio_estimate(c, b).faster for c, b in costs.values())):
+        return True  # one that looks faster still gets the pairs that a "faster" call needs
     if elapsed > sampling.time_cap:
         return True
     if pairs < sampling.min_pairs:
@@ -336,14 +375,17 @@ class Evaluator:
         costs_of: dict[int, Costs] = {}
         for i, bench in enumerate(self.benchmarks):
             if race is not None:
-                race = replace(race, last=i == len(self.benchmarks) - 1)
+                others = {w: c for j, costs in {**earlier, **costs_of}.items() if j != bench.index
+                          for w, c in costs.items()}
+                race = replace(race, last=i == len(self.benchmarks) - 1, others=others)
             error, costs = self._measure(evaluation, bench, sampling, numerics, built, race,
                                          earlier.get(bench.index), stop)
             costs_of[bench.index] = costs
             if error:
                 return INVALID, f"{bench.workload}: {error}", costs_of
             if race is not None and costs:
-                if why := raced_out(costs, len(next(iter(costs.values()))[0]), race):
+                pairs = len(next(iter(costs.values()))[0])
+                if why := raced_out(costs, pairs, race) or indifferent(costs, pairs, race):
                     return MEASURED, why, costs_of  # its other benchmarks cannot make it a winner
                 lows = {w: ratio_estimate(c, b).low for w, (c, b) in costs.items()}
                 race = replace(race, settled={**race.settled, **lows})
@@ -353,11 +395,15 @@ class Evaluator:
               against: str = "the finalists reach") -> Race:
         """Each workload's noise, from the target's earlier search evaluations (tens of rows:
         cheap enough at the start of every evaluation), and the reference: `reference`, else the
-        FINALISTS-th best ratio of the search so far."""
+        FINALISTS-th best ratio of the search so far, and then the incumbent (the best ratio
+        faster than the baseline, else 1) for the indifference zone."""
+        incumbent = None
         if reference is None:
-            best = finalists([o for o in outcomes(self.store, self.target.name, self.arch_keys, "search")
-                              if o.evaluation.id != evaluation], FINALISTS)
+            measured = [o for o in outcomes(self.store, self.target.name, self.arch_keys, "search")
+                        if o.evaluation.id != evaluation]
+            best = finalists(measured, FINALISTS)
             reference = best[-1].ratio if len(best) == FINALISTS else None
+            incumbent = min(1.0, best[0].ratio or 1.0) if best else 1.0
         steps: dict[str, list[float]] = {}
         for row in self.store.evaluations(self.target.name, self.arch_keys, "search"):
             if row.status != MEASURED or row.same_as is not None:
@@ -371,7 +417,8 @@ class Evaluator:
                         if len(p) == 2]
                 steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
         noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
-        return Race(reference, noise, against=against)
+        return Race(reference, noise, against=against, incumbent=incumbent,
+                    precision=self.sampling.precision)
 
     def _same_code(self, evaluation: int, phase: str, built: Built,
                    reduced_from: EvaluationRow | None) -> int | None:

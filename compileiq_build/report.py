@@ -26,6 +26,7 @@ from compileiq_build.selection import (
     pairs,
     portable_set,
     remeasured,
+    verdict_counts,
 )
 from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
@@ -107,12 +108,8 @@ def report(build_dir: Path) -> str:
         profiled = set()
         for target, arch in pairs(store):
             searched = outcomes(store, target, arch, "search")
-            verdicts: dict[str, int] = {}
-            for o in searched:
-                verdicts[o.verdict] = verdicts.get(o.verdict, 0) + 1
-            counts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
             lines.append(f"{target} ({', '.join(sorted(arch.values()))}): {len(searched)} "
-                         f"candidates measured ({counts or 'none'})")
+                         f"candidates measured ({verdict_counts(searched)})")
             decision = decide(store, target, arch)
             if isinstance(decision, Winner):
                 lines.append(f"  winner: {decision.config_key}")

@@ -55,6 +55,22 @@ class Outcome:
 SAME_AS_BASELINE = 0  # `same_as` of a candidate whose machine code is the baseline's
 
 
+def verdict_counts(measured: Sequence[Outcome]) -> str:
+    """'2 faster, 5 neutral, 3 slower; mean pairs per workload: faster 7.5, neutral 4.2, slower
+    2.0' over the candidates measured, where candidates of code measured before took none."""
+    pairs: dict[str, list[float]] = {}
+    for o in measured:
+        if o.evaluation.same_as is None and o.estimates:
+            pairs.setdefault(o.verdict, []).append(
+                sum(e.pairs for e in o.estimates.values()) / len(o.estimates))
+    counts = {v: sum(o.verdict == v for o in measured) for v in sorted({o.verdict for o in measured})}
+    text = ", ".join(f"{n} {v}" for v, n in counts.items()) or "none"
+    if pairs:
+        text += "; mean pairs per workload: " + ", ".join(
+            f"{v} {sum(p) / len(p):.1f}" for v, p in sorted(pairs.items()))
+    return text
+
+
 def summarize(store: Store, evaluation: EvaluationRow) -> Outcome:
     if evaluation.status != MEASURED:
         return Outcome(evaluation, {}, evaluation.reason or evaluation.status)

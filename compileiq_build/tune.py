@@ -52,6 +52,7 @@ from compileiq_build.selection import (
     merged,
     outcomes,
     pending_validation,
+    verdict_counts,
 )
 from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space, config_key
 from compileiq_build.store import COMPILED, SCOUT, STORE, Store, open_store
@@ -569,6 +570,9 @@ class Tuner:
                    overlap="CUDA" in evaluator.target.languages)
         self.check_interrupt()
         self.report.note(f"{evaluator.target.name}: {proposals.finished}")
+        searched = outcomes(evaluator.store, evaluator.target.name, evaluator.arch_keys, "search")
+        self.report.note(f"{evaluator.target.name}: {len(searched)} candidates measured "
+                         f"({verdict_counts(searched)})")
         if ahead := proposals.ahead:
             codes = [c for c in ahead.values() if c]
             self.report.note(f"{evaluator.target.name}: {len(ahead)} configurations compiled ahead, "

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from conftest import cxx_evaluator, write_finalists
 
-from compileiq_build.evaluate import RACE_PAIRS, Race, Sampling, raced_out, sampling_done
+from compileiq_build.evaluate import (
+    INDIFFERENT_PAIRS,
+    RACE_PAIRS,
+    Race,
+    Sampling,
+    indifferent,
+    raced_out,
+    sampling_done,
+)
 from compileiq_build.progress import describe
 from compileiq_build.stats import ratio_estimate
 
@@ -32,8 +40,8 @@ def search(rng: np.random.Generator, ratio: float, race: Race | None, workloads:
     return pairs, raced, faster
 
 
-def race(reference: float | None, workloads: int = 1) -> Race:
-    return Race(reference, {f"w{i}": NOISE for i in range(workloads)})
+def race(reference: float | None, workloads: int = 1, incumbent: float | None = None) -> Race:
+    return Race(reference, {f"w{i}": NOISE for i in range(workloads)}, incumbent=incumbent)
 
 
 def test_a_candidate_3_percent_slower_than_the_finalists_stops_after_2_pairs():
@@ -89,6 +97,53 @@ def test_an_identical_candidate_is_called_faster_no_more_often_than_without_raci
     assert winners / SIMULATIONS < 0.01  # search then validation, as `decide` needs
     if reference is not None:  # racing saves pairs on it
         assert np.mean([p for p, *_ in rates[False]]) < 0.8 * np.mean([p for p, *_ in rates[True]])
+
+
+def test_a_neutral_candidate_stops_in_the_indifference_zone():
+    # Screening: nothing faster than the baseline yet (incumbent 1).  Without the zone an
+    # identical candidate runs until its interval is 0.5% narrow.
+    rng = np.random.default_rng(4)
+    without = [search(rng, 1.0, race(None)) for _ in range(SIMULATIONS)]
+    rng = np.random.default_rng(4)
+    zoned = [search(rng, 1.0, race(None, incumbent=1.0)) for _ in range(SIMULATIONS)]
+    both = {"without": without, "zoned": zoned}
+    mean_pairs = {k: np.mean([p for p, *_ in runs]) for k, runs in both.items()}
+    assert mean_pairs["zoned"] <= 6 < mean_pairs["without"]
+    called = {k: sum(f for *_, f in runs) / SIMULATIONS for k, runs in both.items()}
+    assert called["zoned"] <= called["without"] + 0.01  # the zone calls nothing faster itself
+    # Against an incumbent 3% faster it stops at the first look, or at min_pairs where its
+    # interval says faster than the baseline.
+    rng = np.random.default_rng(5)
+    taken = [search(rng, 1.0, race(None, incumbent=0.97))[0] for _ in range(200)]
+    assert max(taken) <= Sampling().min_pairs
+    assert taken.count(INDIFFERENT_PAIRS) > 150
+
+
+@pytest.mark.parametrize("incumbent", [1.0, 0.99])
+def test_a_candidate_clearly_better_than_the_incumbent_is_measured_on(incumbent):
+    # 1.5 x --precision better than the incumbent: still found faster (the zone's edge is 1 x).
+    rng = np.random.default_rng(6)
+    ratio = incumbent * (1 - 1.5 * Sampling().precision)
+    runs = [search(rng, ratio, race(None, incumbent=incumbent)) for _ in range(SIMULATIONS)]
+    assert sum(faster for *_, faster in runs) / SIMULATIONS >= 0.95
+
+
+def test_the_indifference_zone_needs_an_incumbent_noise_and_3_pairs_and_says_why():
+    neutral = {"w0": ([1.0, 1.001, 0.999], [1.0, 1.0, 1.0])}
+    assert not indifferent(neutral, 3, race(None))  # no incumbent: minimizing, validation
+    assert not indifferent(neutral, 3, Race(None, {}, incumbent=1.0))  # noise not known yet
+    assert not indifferent({"w0": ([1.0, 1.0], [1.0, 1.0])}, 2, race(None, incumbent=1.0))
+    assert indifferent(neutral, 3, race(None, incumbent=1.0)) == (
+        "indifferent after 3 pairs: at best 1.004x, not 0.5% better than the baseline")
+    assert indifferent(neutral, 3, race(None, incumbent=0.97)).endswith(
+        "not 0.5% better than the best so far, 1.031x")
+    # Another benchmark's pairs count: one 2% faster there keeps the candidate in.
+    other = {"w1": ([0.98, 0.98], [1.0, 1.0])}
+    assert not indifferent(neutral, 3, Race(None, {"w0": NOISE, "w1": NOISE}, incumbent=1.0, others=other))
+    # One whose interval says faster gets min_pairs before the zone stops it.
+    looks_faster = {"w0": ([0.9995, 0.9998, 0.9997], [1.0, 1.0, 1.0])}
+    assert indifferent(looks_faster, 3, race(None, incumbent=1.0))
+    assert not sampling_done(looks_faster, 3, Sampling(), 0.0, race(None, incumbent=1.0))
 
 
 def test_clearly_slower_candidates_take_2_pairs():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compileiq_build.measure import Sample
-from compileiq_build.selection import NoWinner, Winner, decide, pending_validation
+from compileiq_build.selection import NoWinner, Winner, decide, outcomes, pending_validation, verdict_counts
 from compileiq_build.store import Store
 from compileiq_build.tune import decision_note
 
@@ -75,4 +75,13 @@ def test_the_log_says_why_the_winner_is_not_what_was_just_validated(tmp_path):
     _evaluate(store, 1, "y", "validate", 0.85)
     decision = decide(store, "saxpy", ARCH)
     assert decision_note(decision, ["y"]) == f"saxpy: winner y ({decision.speedup:.3f}x)"
+    store.close()
+
+
+def test_verdicts_are_counted_with_their_mean_pairs(tmp_path):
+    store = _store(tmp_path / "r.sqlite", {"a": 0.9, "b": 1.0, "c": 1.2}, {})
+    found = outcomes(store, "saxpy", ARCH, "search")
+    assert verdict_counts(found) == ("1 faster, 1 neutral, 1 slower; mean pairs per workload: "
+                                     "faster 10.0, neutral 10.0, slower 10.0")
+    assert verdict_counts([]) == "none"
     store.close()
