@@ -1,13 +1,14 @@
 """Ship only the flags that matter: the validated winner less the options it can do without.
 
-The winner's options are taken out one at a time, the most exotic first.  The configuration
-with one option fewer is compiled: when its machine code is the winner's, the option is a
-passenger and goes, at no GPU time.  Otherwise it is measured as validation measures, and the
-smaller set replaces the winner when it is still faster than the baseline on every workload and
-not slower than the winner beyond noise (`selection.holds_without`); then its own options are
-tried in turn.  Each step is stored (phase `minimize`, with the configuration it reduces), so
-`selection.decide` ships the result, `report` says what was left out and why, and a resumed run
-repeats no step.
+Each round first compiles the configurations with one option fewer, the most exotic option
+first, and takes away any whose machine code is the winner's (a passenger) at no GPU time: so a
+run that the time limit stops still ships no passenger that a build would have shown.  Only
+then are the others measured, as validation measures, in the same order; the smaller set
+replaces the winner when it is still faster than the baseline on every workload and not slower
+than the winner beyond noise (`selection.holds_without`); then its own options are tried in
+turn.  Each step is stored (phase `minimize`, with the configuration it reduces), so
+`selection.decide` ships the result and names the options whose removal no step checked,
+`report` says what was left out and why, and a resumed run repeats no step.
 """
 
 from __future__ import annotations
@@ -31,20 +32,31 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
         config = space.full_config(current.evaluation.config)
         # One option left: without it the baseline remains, which cannot be faster than itself.
         options = [d for d in reversed(space.dimensions) if config[d.key] != DEFAULT]
-        for dim in options if len(options) > 1 else ():
-            reduced = {**config, dim.key: DEFAULT}
-            step = taken.get((current.evaluation.config_key, config_key(reduced)))
-            if step is None:
-                if halt():
-                    return
-                report.phase(f"minimizing {name}: without {dim.key}={config[dim.key]}")
-                flags = space.flags(reduced)
-                built = evaluator.build(flags, evaluator.workers[0], 0)
-                step = evaluator.evaluate(reduced, flags, "minimize", "minimize", built,
-                                          numerics=space.changes_numerics(reduced), sampling=sampling,
-                                          reduced_from=current.evaluation)
-            if holds_without(step, current):
-                current = step
+        reduced_by = {d.key: {**config, d.key: DEFAULT} for d in (options if len(options) > 1 else ())}
+        found = None
+        for measure in (False, True):
+            for dim, reduced in ((d, reduced_by[d.key]) for d in options if d.key in reduced_by):
+                step = taken.get((current.evaluation.config_key, config_key(reduced)))
+                if step is None:
+                    if halt():
+                        return
+                    report.phase(f"minimizing {name}: without {dim.key}={config[dim.key]}"
+                                 + ("" if measure else " (compiling)"))
+                    flags = space.flags(reduced)
+                    built = evaluator.build(flags, evaluator.workers[0], 0)
+                    digest = built.compiled.digest
+                    passenger = bool(digest) and digest == current.evaluation.digest
+                    if not measure and built.result.ok and not passenger:
+                        continue  # measured in the second pass
+                    step = evaluator.evaluate(reduced, flags, "minimize", "minimize", built,
+                                              numerics=space.changes_numerics(reduced), sampling=sampling,
+                                              reduced_from=current.evaluation)
+                    taken[(current.evaluation.config_key, step.evaluation.config_key)] = step
+                if holds_without(step, current):
+                    found = step
+                    break
+            if found is not None:
                 break
-        else:
+        if found is None:
             return
+        current = found

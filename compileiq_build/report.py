@@ -117,6 +117,9 @@ def report(build_dir: Path) -> str:
                 if decision.dropped:
                     lines.append(f"  validated as {decision.validated}; left out of the shipped flags:")
                     lines += [f"    {d.option}: {d.why}" for d in decision.dropped]
+                if decision.unchecked:
+                    lines.append(f"  not checked (minimizing stopped before their removal was measured or "
+                                 f"compiled): {', '.join(decision.unchecked)}")
                 values = _values(store, decision.evidence)
                 for g in decision.gains:
                     base, cand = values.get((g.workload, "baseline")), values.get((g.workload, "candidate"))

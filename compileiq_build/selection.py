@@ -122,6 +122,7 @@ class Winner:
     dropped: tuple[Dropped, ...] = ()  # options of the validated configuration left out, and why
     validated: str = ""  # the configuration re-measured, of which `config_key` is what ships
     evidence: int = 0  # the evaluation whose samples give `gains`
+    unchecked: tuple[str, ...] = ()  # shipped options whose removal no minimizing step checked
 
     @property
     def speedup(self) -> float:
@@ -182,12 +183,12 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
         if check is None:
             pending.append(row.config_key)
         elif check.faster:
-            shipped, dropped = minimal(store, target, arch_keys, check)
+            shipped, dropped, unchecked = minimal(store, target, arch_keys, check)
             flags = {lang: tuple(f) for lang, f in shipped.evaluation.flags.items() if f}
             gains = tuple(WorkloadGain(w, e) for w, e in sorted(shipped.estimates.items()))
             return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
                           tuple(pending), tuple(dropped), row.config_key,
-                          shipped.evaluation.same_as or shipped.evaluation.id)
+                          shipped.evaluation.same_as or shipped.evaluation.id, unchecked)
     if pending:
         reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
                   f"({len(searched)} measured); run tune again to re-measure them")
@@ -208,9 +209,10 @@ def holds_without(step: Outcome, parent: Outcome) -> bool:
 
 
 def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
-            ) -> tuple[Outcome, list[Dropped]]:
+            ) -> tuple[Outcome, list[Dropped], tuple[str, ...]]:
     """The validated configuration less the options its minimizing steps found it can do
-    without, and why each was left out; the steps are followed in the order they were taken."""
+    without, why each was left out (the steps are followed in the order they were taken), and
+    the options it keeps whose removal no step checked (minimizing stopped before them)."""
     steps = outcomes(store, target, arch_keys, "minimize")
     current, dropped = check, []
     while step := next((s for s in steps if s.evaluation.parent == current.evaluation.config_key
@@ -225,7 +227,12 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
                 for w, x in sorted(e.items()))
         dropped += [Dropped(option, why) for option in sorted(gone)]
         current = step
-    return current, dropped
+    kept = current.evaluation.config_key.split()
+    tried = {s.evaluation.config_key for s in steps if s.evaluation.parent == current.evaluation.config_key}
+    # A single option is checked by the validation itself: without it the baseline remains.
+    unchecked = tuple(o for o in kept if len(kept) > 1
+                      and " ".join(k for k in kept if k != o) not in tried)
+    return current, dropped, unchecked
 
 
 @dataclass(frozen=True)

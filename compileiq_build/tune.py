@@ -201,8 +201,8 @@ class Tuner:
 
     def _validation_reserve(self, evaluator: Evaluator) -> float:
         """Seconds the search leaves for validating its best candidate so far, so that the run
-        ends within --time-limit: its build and twice its measuring (validation pairs twice as
-        many runs)."""
+        ends within --time-limit: its build, twice its measuring (validation pairs twice as
+        many runs), and a build per option to find the passengers among them."""
         if self.deadline is None:
             return 0.0
         store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
@@ -210,7 +210,9 @@ class Tuner:
         if not best:
             return 0.0
         row = best[0].evaluation
-        return (row.build_seconds or 0.0) + 2 * store.measuring_seconds(row.same_as or row.id)
+        # Then the compiles that find the passengers among its options (minimize.py).
+        compiles = 1 + len(row.config_key.split())
+        return compiles * (row.build_seconds or 0.0) + 2 * store.measuring_seconds(row.same_as or row.id)
 
     def run(self, command: str) -> TuneResult:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
@@ -643,6 +645,9 @@ def decision_note(decision: Winner | NoWinner, remeasured: Sequence[str]) -> str
     if isinstance(decision, NoWinner):
         return f"{name}: {decision.reason}; it keeps the project's flags"
     left_out = "".join(f"; without {d.option}: {d.why}" for d in decision.dropped)
+    if decision.unchecked:
+        left_out += (f"; not checked, as minimizing stopped before their removal: "
+                     f"{', '.join(decision.unchecked)}")
     if decision.validated in remeasured:
         return f"{name}: winner {decision.config_key} ({decision.speedup:.3f}x){left_out}"
     why = []

@@ -88,15 +88,16 @@ def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, con
 
 def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure):
     """The H200 gemm's step without --register-usage-level=1 (0.72x against the winner's 1.026x)
-    took 10 pairs per workload.  Racing now stops a step that cannot serve as well as the
-    configuration it reduces: here -fomit-frame-pointer alone at the project's -O0 (other code,
-    about the baseline's speed) against -O3 -fomit-frame-pointer, after 2 pairs.  The history of
-    earlier search evaluations that gives racing its noise is written into the store as the
+    took 10 pairs per workload.  Racing stops a step that cannot serve as well as the
+    configuration it reduces: here -fstack-protector-all alone at the project's -O0 (other code,
+    about the baseline's speed) against -O3 -fstack-protector-all, after 2 pairs.  Both removals
+    change the code, so the compile-only pass takes neither and both are measured.  The history
+    of earlier search evaluations that gives racing its noise is written into the store as the
     racing tests do; the builds and runs are real."""
-    # Reversed for minimizing: -O3 goes first, so the frame-pointer option is measured alone.
-    space = FlagSpace((Dimension("CXX", "omit-frame-pointer", ("on",), "-fomit-frame-pointer", 1),
+    # Reversed for minimizing: -O3 goes first, so the stack protector is measured alone.
+    space = FlagSpace((Dimension("CXX", "stack-protector-all", ("on",), "-fstack-protector-all", 1),
                        Dimension("CXX", "O", ("3",), "-O{v}", 1)))
-    winner = {"CXX:omit-frame-pointer": "on", "CXX:O": "3"}
+    winner = {"CXX:stack-protector-all": "on", "CXX:O": "3"}
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     workload = evaluator.benchmarks[0].workload
     # Noise of 15% between pairs: a margin of about 47%, so that the step is raced out against
@@ -111,11 +112,44 @@ def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure)
     assert check.faster
     minimize(evaluator, space, check, Sampling(6, 6), lambda: False, Reporter(quiet=True))
     steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
-    alone = steps["CXX:omit-frame-pointer=on"]
+    alone = steps["CXX:stack-protector-all=on"]
     assert alone.evaluation.same_as is None and alone.estimates[workload].pairs == 2
     assert alone.evaluation.reason.startswith("raced out after 2 pairs: at best")
     assert "the configuration it reduces reaches" in alone.evaluation.reason
-    # -O3 alone omits the frame pointer anyway: the same code, left out at no GPU time.
-    assert steps["CXX:O=3"].evaluation.same_as == check.evaluation.id
-    assert decide(store, "saxpy", evaluator.arch_keys).config_key == "CXX:O=3"
+    # Then the step without the stack protector was measured, and decide follows it.
+    assert steps["CXX:O=3"].evaluation.same_as is None and store.samples(steps["CXX:O=3"].evaluation.id)
+    shipped = decide(store, "saxpy", evaluator.arch_keys)
+    assert shipped.config_key in {"CXX:O=3", "CXX:O=3 CXX:stack-protector-all=on"} and not shipped.unchecked
+    store.close()
+
+
+def test_passengers_go_before_anything_is_measured_and_unchecked_options_are_named(cxx_project, configure):
+    """-O3 -fno-math-errno -fstack-protector-all: the compile-only pass finds the passenger
+    (-fno-math-errno) before the stack protector's removal, listed first, is measured.  A run
+    that stops before minimizing names every option it ships unchecked, in the report and the
+    toolchain file."""
+    from compileiq_build.toolchain import Provenance, render
+
+    space = FlagSpace((Dimension("CXX", "O", ("3",), "-O{v}", 1),
+                       Dimension("CXX", "no-math-errno", ("on",), "-fno-math-errno", 2),
+                       Dimension("CXX", "stack-protector-all", ("on",), "-fstack-protector-all", 1)))
+    winner = {"CXX:O": "3", "CXX:no-math-errno": "on", "CXX:stack-protector-all": "on"}
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    flags = space.flags(winner)
+    check = evaluator.evaluate(winner, flags, "model", "validate",
+                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
+    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
+    assert check.faster
+    stopped = decide(store, "saxpy", evaluator.arch_keys)  # nothing minimized yet: all three unchecked
+    assert stopped.unchecked == ("CXX:O=3", "CXX:no-math-errno=on", "CXX:stack-protector-all=on")
+    text = render([stopped], [], Provenance("2026-12-03", "test", "", (), "model"))
+    assert "NOT CHECKED: CXX:O=3, CXX:no-math-errno=on, CXX:stack-protector-all=on" in text
+    assert "not checked (minimizing stopped" in report(cxx_project / "build")
+
+    minimize(evaluator, space, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    rows = store.evaluations("saxpy", evaluator.arch_keys, "minimize")
+    first = rows[0]
+    assert first.config_key == "CXX:O=3 CXX:stack-protector-all=on" and first.same_as == check.evaluation.id
+    assert not store.samples(first.id)  # the passenger, at no GPU time, before any measured step
+    assert not decide(store, "saxpy", evaluator.arch_keys).unchecked  # minimizing finished
     store.close()
