@@ -19,6 +19,7 @@ keeps the build and run logs, the variants' cubins and the shim's rows (shim.csv
     python -m benchmarks.corpus_record MANIFEST --out DIR [--programs a,b] [--jobs N]
         [--samples 100] [--seed 0] [--arch sm_90] [--redo] [--rounds 30] [--min-rounds 10]
         [--kernel-seconds 2] [--kernel-max-seconds 30] [--rounds-per-call 0 (from launches)]
+        [--stop-after SECONDS]
 
 MANIFEST is a JSON list (or {"programs": [...]}) of entries {"project", "repo", "commit",
 "program", "dir", "sources", "kernel_source", "nvcc_args", "run", "launches", "expect_seconds",
@@ -680,7 +681,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="CIQ_ROUNDS_PER_CALL; 0: from the manifest's launches (more for programs "
                         "that launch their kernels a few times only)")
     p.add_argument("--redo", action="store_true", help="record programs done before again")
+    p.add_argument("--stop-after", type=float, default=0.0,
+                   help="seconds: no program starts after this (0: no limit); a later run goes on")
     args = p.parse_args(argv)
+    deadline = time.monotonic() + args.stop_after if args.stop_after > 0 else math.inf
     args.out = args.out.resolve()  # the tools run in the programs' folders
     programs = load_manifest(args.manifest)
     if args.programs:
@@ -710,6 +714,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pending = ahead.submit(prepare, todo[0]) if todo else None
         for i, q in enumerate(todo):
             assert pending is not None
+            if time.monotonic() > deadline:
+                log(f"--stop-after reached: {len(todo) - i} programs left for a later run")
+                pending.cancel()
+                break
             ready = pending.result()
             pending = ahead.submit(prepare, todo[i + 1]) if i + 1 < len(todo) else None
             if ready is None:

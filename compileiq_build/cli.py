@@ -161,8 +161,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
     p.add_argument("--max-repeats", type=_positive_int, default=20,
                    help="... and at most, while the comparison is undecided (default 20)")
     p.add_argument("--precision", type=_fraction, default=0.005,
-                   help="stop pairing once the 95%% interval of the ratio is narrower than this "
-                   "(default 0.005 = 0.5%%)")
+                   help="stop pairing once the 95%% interval of the ratio is narrower than this, "
+                   "or once the candidate cannot beat the best so far by this much (default "
+                   "0.005 = 0.5%%)")
     p.add_argument("--allow-numerics-change", action="store_true",
                    help="also try options that change floating-point results (fast math, ...)")
     p.add_argument("--allow-host-specific", action="store_true",
