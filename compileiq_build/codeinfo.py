@@ -252,7 +252,8 @@ def _resources(build_output: str) -> dict[tuple[str, str | None], dict[str, int]
     stack and shared memory bytes.  Device functions that ptxas reports apart (called, not
     inlined) have a stack frame and spills but no registers of their own."""
     report: dict[tuple[str, str | None], dict[str, int]] = {}
-    entry = current = ("", None)
+    entry: tuple[str, str | None] = ("", None)
+    current = entry
     for line in build_output.splitlines():
         if m := _ENTRY.search(line):
             entry = current = (m[1], m[2])

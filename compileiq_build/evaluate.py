@@ -351,7 +351,8 @@ class Evaluator:
             race = self._race(evaluation)
         elif reduced_from is not None and (reaches := summarize(self.store, reduced_from).ratio):
             race = self._race(evaluation, reaches, "the configuration it reduces reaches")
-        status, reason, probed = MEASURED, "", {}
+        status, reason = MEASURED, ""
+        probed: dict[int, Costs] = {}
         try:
             if race is not None and len(self.benchmarks) > 1:
                 # A probe: every benchmark's first pairs before any is measured in full, so that a

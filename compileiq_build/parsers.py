@@ -149,7 +149,8 @@ def json_object(text: str) -> dict[str, Any] | None:
 
 
 def is_gbench(doc: dict[str, Any] | None) -> bool:
-    return bool(doc) and isinstance(doc.get("context"), dict) and isinstance(doc.get("benchmarks"), list)
+    return (doc is not None and isinstance(doc.get("context"), dict)
+            and isinstance(doc.get("benchmarks"), list))
 
 
 def is_nvbench(doc: dict[str, Any] | None) -> bool:

@@ -204,8 +204,8 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
                     started = 0
                     while free and (proposal := proposals.next(may_wait=not pending)) is not None:
                         slot = free.pop(0)
-                        built = compiles.submit(compile_one, proposal.config, worker, slot)
-                        pending.append((proposal, built))
+                        future = compiles.submit(compile_one, proposal.config, worker, slot)
+                        pending.append((proposal, future))
                         started += 1
                     if started > 1:
                         where = f" for {worker.name}" if len(workers) > 1 else ""

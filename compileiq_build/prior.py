@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,8 +98,8 @@ def encode(config: Mapping[str, str], features: Mapping[str, float] | None,
 class Prior:
     """A loaded model: predictions of log(cost ratio), and what it was trained on."""
 
-    booster: object  # lightgbm.Booster (imported only where a prior is used)
-    meta: Mapping[str, object]
+    booster: Any  # lightgbm.Booster (imported only where a prior is used)
+    meta: Mapping[str, Any]
     path: Path
 
     @property
@@ -113,7 +114,7 @@ class Prior:
         if not configs:
             return np.zeros(0)
         x = np.array([encode(c, f, base) for c, f in zip(configs, features, strict=True)], dtype=float)
-        return np.minimum(np.asarray(self.booster.predict(x), dtype=float), CLIP)  # type: ignore[attr-defined]
+        return np.minimum(np.asarray(self.booster.predict(x), dtype=float), CLIP)
 
     def contributions(self, config: Mapping[str, str], features: Mapping[str, float] | None,
                       base: Mapping[str, float]) -> dict[str, float]:
@@ -121,7 +122,7 @@ class Prior:
         pred_contrib of the configuration less that of the baseline), the code's features' shares
         summed as `code`: a prediction, not a measurement."""
         x = np.array([encode(config, features, base), encode({}, base, base)], dtype=float)
-        contrib = np.asarray(self.booster.predict(x, pred_contrib=True))  # type: ignore[attr-defined]
+        contrib = np.asarray(self.booster.predict(x, pred_contrib=True))
         out: dict[str, float] = {}
         for name, value in zip(FEATURES, contrib[0, :-1] - contrib[1, :-1], strict=True):
             key = name.removeprefix("opt_") if name.startswith("opt_") else "code"

@@ -134,8 +134,8 @@ def start(address: str, project: Project, work: Path, slots: int, use_gpus: bool
         count = int(ray.cluster_resources().get("GPU", 0))
         if count == 0:
             raise CompileIQError(f"the Ray cluster at {address} has no GPUs to tune CUDA targets on")
-        actors = [actor_class.options(num_gpus=1, **options).remote(project, str(work), slots, True)
-                  for _ in range(count)]
+        actors: list[Any] = [actor_class.options(num_gpus=1, **options).remote(project, str(work), slots,
+                                                                                True) for _ in range(count)]
     else:
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
         actors = [actor_class.options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(

@@ -8,6 +8,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.errors import CompileIQError
@@ -87,11 +88,14 @@ def _predicted_lines(sessions: list[tuple[int, float, str, dict[str, object]]], 
                      decision: Winner | NoWinner) -> list[str]:
     """What the prior predicted of the shipped configuration, option by option, as the last run
     that decided it recorded (LightGBM's pred_contrib): a prediction, beside the measured effects."""
-    used = next((env["prior_used"][target] for _, _, _, env in reversed(sessions)  # type: ignore[index]
-                 if target in env.get("prior_used", {})), None)  # type: ignore[operator]
+    def recorded(env: dict[str, object], key: str) -> Any:
+        value = env.get(key)
+        return value.get(target) if isinstance(value, dict) else None
+
+    used = next((u for *_, env in reversed(sessions) if (u := recorded(env, "prior_used"))), None)
     lines = [f"  prior of its last search: {used}"] if used else []
-    for _, _, _, env in reversed(sessions):
-        found = env.get("predicted", {}).get(target)  # type: ignore[union-attr]
+    for *_, env in reversed(sessions):
+        found = recorded(env, "predicted")
         if isinstance(decision, Winner) and found and found.get("config") == decision.config_key:
             parts = sorted(found["contributions"].items(), key=lambda kv: kv[1])
             shown = ", ".join(f"{k} {100 * math.expm1(v):+.1f}%" for k, v in parts)
@@ -211,13 +215,13 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
         twin = next((o.evaluation for o in searched
                      if o.evaluation.same_as == SAME_AS_BASELINE and o.evaluation.digest), None)
         # A candidate of the baseline's code gives the baseline row its features (the prior needs them).
-        rows = {"baseline": {**dict.fromkeys(dims, DEFAULT), "code": twin.digest[:16] if twin else "baseline",
-                             **{f"feature:{f}": ((twin.features or {}) if twin else {}).get(f, "")
-                                for f in features},
-                             "time": time_of({}), "spread": ""}}
+        rows: dict[str, dict[str, object]] = {"baseline": {
+            **dict.fromkeys(dims, DEFAULT), "code": twin.digest[:16] if twin else "baseline",
+            **{f"feature:{f}": ((twin.features or {}) if twin else {}).get(f, "") for f in features},
+            "time": time_of({}), "spread": ""}}
         for o in searched:
             ratios = {w: e.ratio for w, e in o.estimates.items() if w in base_time}
-            row = {d: o.evaluation.config.get(d, DEFAULT) for d in dims}
+            row: dict[str, object] = {d: o.evaluation.config.get(d, DEFAULT) for d in dims}
             row["code"] = o.evaluation.digest[:16] or f"evaluation{o.evaluation.id}"
             row.update({f"feature:{f}": (o.evaluation.features or {}).get(f, "") for f in features})
             row["time"] = time_of(ratios)

@@ -86,7 +86,7 @@ def summarize(store: Store, evaluation: EvaluationRow) -> Outcome:
             if role == "candidate":
                 return Outcome(evaluation, {}, f"{workload}: {error}")
             continue
-        (candidate if role == "candidate" else baseline).setdefault(workload, {})[rep] = cost
+        (candidate if role == "candidate" else baseline).setdefault(workload, {})[rep] = cost or 0.0
     estimates = {}
     for workload, cand in sorted(candidate.items()):
         reps = sorted(set(cand) & set(baseline.get(workload, {})))

@@ -177,7 +177,7 @@ class Store:
             db.execute("UPDATE evaluations SET status=? WHERE status=?", (INTERRUPTED, RUNNING))
             cur = db.execute("INSERT INTO sessions (started, command, environment) VALUES (?,?,?)",
                              (time.time(), command, json.dumps(environment, sort_keys=True)))
-        return int(cur.lastrowid)
+        return int(cur.lastrowid or 0)
 
     @_locked
     def update_session(self, session: int, key: str, value: Mapping[str, object]) -> None:
@@ -204,7 +204,7 @@ class Store:
                  json.dumps(dict(config), sort_keys=True),
                  json.dumps({k: list(v) for k, v in flags.items()}, sort_keys=True),
                  strategy, phase, started or time.time(), RUNNING, worker, parent, proposed_by))
-        return int(cur.lastrowid)
+        return int(cur.lastrowid or 0)
 
     @_locked
     def finish_evaluation(self, evaluation: int, status: str, reason: str = "",

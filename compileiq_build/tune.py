@@ -339,7 +339,10 @@ class Tuner:
                 decision = self._minimize(evaluator, store, space, decision)
                 if predicted := self._predicted(evaluator, space, decision):
                     store.update_session(session, "predicted", {target.name: predicted})
-            (result.winners if isinstance(decision, Winner) else result.losers).append(decision)
+            if isinstance(decision, Winner):
+                result.winners.append(decision)
+            else:
+                result.losers.append(decision)
             self.report.note(decision_note(decision, remeasured))
         for worker in workers:
             worker.reset()

@@ -38,4 +38,4 @@ def make_strategy(name: str, seed: int = 0, transfer: Sequence[Trial] = (), prio
         return RandomSearch(seed)
     if name == "survey":
         return Survey(seed)
-    return {"staged": Staged, "exhaustive": Exhaustive}[name]()
+    return Staged() if name == "staged" else Exhaustive()
