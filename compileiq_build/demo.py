@@ -8,11 +8,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from compileiq_build import cmake_dir, environment
+from compileiq_build import cmake_dir, environment, process
 from compileiq_build.errors import CompileIQError
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
 from compileiq_build.tune import TuneOptions, TuneResult, tune
+
+CONFIGURE_TIMEOUT_S = 600  # CMake's CUDA checks take seconds; a hang must not take the session
 
 
 def sample_project_dir() -> Path:
@@ -49,7 +51,11 @@ def _demo(workdir: Path, options: TuneOptions, reporter: Reporter, command: str)
     else:
         cmd.append("-DSAMPLE_WITH_CUDA=OFF")  # nothing to run CUDA kernels on
     reporter.phase(f"configuring {source} in {build}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    try:
+        proc = process.run(cmd, timeout=CONFIGURE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CompileIQError(f"configuring the sample project took over {CONFIGURE_TIMEOUT_S} s "
+                             "and was stopped; run the cmake command by hand to see where it hangs") from None
     if proc.returncode != 0:
         raise CompileIQError(f"configuring the sample project failed:\n{proc.stdout[-2000:]}"
                              f"\n{proc.stderr[-3000:]}")

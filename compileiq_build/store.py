@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 from compileiq_build.profile import KernelTime
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STORE = Path("compileiq") / "results.sqlite"
 SCHEMA = 6
@@ -297,6 +298,8 @@ class Store:
     def measurements(self) -> pd.DataFrame:
         """One row per stored sample with the fields stored with it and its evaluation's
         fixed fields; nothing that changes after the sample lands (no status or verdict)."""
+        import pandas as pd  # for `export` only: loading it costs every command 0.4 s
+
         return pd.read_sql_query(
             "SELECT s.id AS sample_id, s.created, e.session_id, s.evaluation_id, e.target,"
             " e.arch_keys, e.config_key, e.config, e.flags, e.strategy, e.phase, e.worker, s.workload,"
