@@ -341,6 +341,7 @@ def test_same_compiler_applies_flags_without_checks(cxx_project, configure):
                          "set(COMPILEIQ_FLAGS_saxpy_CXX_portable [=[-O2]=])\n")
     proc = configure(cxx_project, cxx_project / "build", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     assert "were tuned with" not in proc.stderr
+    assert "-O2" in compile_commands(cxx_project / "build")["saxpy.cpp"]  # applied, unchecked
 
 
 def test_candidate_file_dependency_for_targets_in_subdirectories(tmp_path, configure):
