@@ -22,7 +22,8 @@ from benchmarks import corpus_record
 from compileiq_build.prior import read_table
 from compileiq_build.selection import outcomes, pairs
 from compileiq_build.space import DEFAULT
-from compileiq_build.store import STORE, read_store
+from compileiq_build.store import read_store
+from compileiq_build.workspace import STORE
 
 
 def first_evaluations(build_dir: Path, target: str | None, within: int) -> tuple[str, list]:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from compileiq_build import process
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import MANIFEST, Project, load_manifest
+from compileiq_build.project import Project, load_manifest
+from compileiq_build.workspace import MANIFEST
 
 _CACHE_LINE = re.compile(r"^([^#/][^:=]*):([A-Z]+)=(.*)$")
 # INTERNAL and STATIC entries belong to one build folder; these the driver sets itself.

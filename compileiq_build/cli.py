@@ -216,7 +216,7 @@ def _tune_options(args: argparse.Namespace):
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
-    from compileiq_build.store import STORE
+    from compileiq_build.workspace import STORE
 
     if not args.fresh or args.yes or not (build_dir / STORE).exists():
         return

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from compileiq_build import __version__, cmake_dir, environment
+from compileiq_build.workspace import Workspace
 
 _FIXES = {
     "cmake": "python -m pip install cmake",
@@ -30,7 +31,7 @@ def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
         project = load_project(build_dir)
     except CompileIQError as exc:
         return [f"build folder {build_dir}: PROBLEM: {exc}"], False
-    manifest = json.loads((build_dir.resolve() / "compileiq" / "manifest.json").read_text())
+    manifest = json.loads(Workspace(build_dir.resolve()).manifest.read_text())
     version = manifest.get("compileiq_version")
     if version != __version__:
         return [f"build folder {build_dir}: configured with CompileIQ {version}, this is {__version__}: "

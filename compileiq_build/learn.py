@@ -17,6 +17,7 @@ from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.prior import OPTIONS, SHIPPED, KernelTable, fit, read_table, write
+from compileiq_build.workspace import Workspace
 
 CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "tables"
 
@@ -73,7 +74,7 @@ def learn(corpus: Sequence[Path], add: Sequence[Path], output: Path | None,
     for build_dir in add:
         tables += store_tables(build_dir, note)
     if output is None:
-        output = add[0] / "compileiq" / "prior.txt" if add else SHIPPED
+        output = Workspace(add[0]).prior if add else SHIPPED
     note(f"fitting the prior on {len(tables)} kernels ({sum(len(t.times) for t in tables)} configurations)")
     meta = write(fit(tables), tables, output)
     return Learned(output, len(tables), list(meta["projects"]), int(meta["rows"]),  # type: ignore[call-overload]

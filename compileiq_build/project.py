@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from compileiq_build.errors import CompileIQError
+from compileiq_build.workspace import MANIFEST
 
-MANIFEST = Path("compileiq") / "manifest.json"
 SCHEMA = 1
 FORMATS = ("auto", "nvbench", "gbench", "csv", "regex", "time")
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -303,7 +303,7 @@ def load_project(build_dir: Path) -> Project:
             f"Configure it: cmake -S <source> -B {build_dir} -G Ninja"
         )
     manifest = build_dir / MANIFEST
-    if not manifest.is_file() and any(build_dir.glob("compileiq/manifest-*.json")):
+    if not manifest.is_file() and any((build_dir / MANIFEST.parent).glob("manifest-*.json")):
         raise CompileIQError(
             f"{build_dir} uses a multi-config generator (one manifest per configuration); "
             "compileiq_build builds candidates with Ninja. Configure a build folder with -G Ninja "

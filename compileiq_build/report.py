@@ -31,8 +31,9 @@ from compileiq_build.selection import (
 )
 from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space
 from compileiq_build.stats import geometric_mean, relative_spread
-from compileiq_build.store import STORE, Store, read_store
+from compileiq_build.store import Store, read_store
 from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
+from compileiq_build.workspace import STORE
 
 
 def _open(build_dir: Path) -> Store:

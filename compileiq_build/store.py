@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 from compileiq_build.profile import KernelTime
+from compileiq_build.workspace import STORE
 
 if TYPE_CHECKING:
     import pandas as pd
 
-STORE = Path("compileiq") / "results.sqlite"
 SCHEMA = 6
 
 _DDL = """

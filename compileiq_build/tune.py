@@ -55,10 +55,11 @@ from compileiq_build.selection import (
     verdict_counts,
 )
 from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space, config_key
-from compileiq_build.store import COMPILED, SCOUT, STORE, Store, open_store
+from compileiq_build.store import COMPILED, SCOUT, Store, open_store
 from compileiq_build.strategies import Candidate, Trial, make_strategy
 from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
 from compileiq_build.workers import BASELINE_SLOT, LocalWorker, Worker, local_workers
+from compileiq_build.workspace import Workspace
 
 
 @dataclass
@@ -175,7 +176,8 @@ class Tuner:
         self.report = reporter
         self.project = load_project(self.build_dir)
         self.gpus = environment.detect_gpus()
-        self.work = self.build_dir / "compileiq" / "work"
+        self.workspace = Workspace(self.build_dir)
+        self.work = self.workspace.work
         self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
         self.interrupt = {"stop": False}
         self.shared_gpu: list[dict[str, object]] = []  # other processes on the GPUs measured
@@ -233,7 +235,7 @@ class Tuner:
     @contextmanager
     def _store(self) -> Iterator[Store]:
         """The build folder's store, this process alone on it (--fresh: emptied first)."""
-        lock = FileLock(str(self.build_dir / "compileiq" / "tune.lock"))
+        lock = FileLock(str(self.workspace.lock))
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -241,7 +243,7 @@ class Tuner:
                                  "or stop it first.") from None
         try:
             if self.options.fresh:
-                store_path = self.build_dir / STORE
+                store_path = self.workspace.store
                 for suffix in ("", "-wal", "-shm"):
                     store_path.with_name(store_path.name + suffix).unlink(missing_ok=True)
             store = open_store(self.build_dir)
@@ -449,7 +451,7 @@ class Tuner:
     def _space(self, target: Target, tree_project: Project, arch: str) -> FlagSpace:
         compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
         extra = {"CUDA": [f"-arch=sm_{arch}"] if arch else []}
-        prober = Prober(self.build_dir / "compileiq" / "probe", extra)
+        prober = Prober(self.workspace.probe, extra)
         space = build_space(target.languages, compilers, prober, self.options.allow_numerics_change,
                             self.options.max_stage, self.options.allow_host_specific)
         if self.options.dimensions:
@@ -499,7 +501,7 @@ class Tuner:
         (`learn --add`), else the shipped one; None with --no-prior or, with a warning, when it
         cannot be read."""
         if self._prior is False:
-            own = self.build_dir / "compileiq" / "prior.txt"
+            own = self.workspace.prior
             path = self.options.prior_path or (own if own.is_file() else None)
             self._prior = load_prior(path, lambda text: self.report.note(f"warning: {text}")) \
                 if self.options.prior else None

@@ -19,7 +19,8 @@ from conftest import FIXTURES
 
 from compileiq_build.measure import Sample
 from compileiq_build.selection import decisions
-from compileiq_build.store import STORE, Store, read_store
+from compileiq_build.store import Store, read_store
+from compileiq_build.workspace import STORE
 
 TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]
 
