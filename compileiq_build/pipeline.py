@@ -32,6 +32,7 @@ from compileiq_build.progress import Reporter
 from compileiq_build.space import Config, FlagSpace, config_key
 from compileiq_build.store import INTERRUPTED
 from compileiq_build.strategies import Candidate, Context, Proposal, Strategy, Trial
+from compileiq_build.strategies.base import Scouting, Vetting
 from compileiq_build.workers import Worker
 
 # Candidates compiled per evaluation of the budget, at most: most flag combinations compile to
@@ -116,14 +117,14 @@ class Proposals:
 
     def vet(self, proposal: Proposal, candidate: Candidate) -> str:
         """Why the strategy turns down a proposal now that it is compiled (its `vet`), or ""."""
-        vet = getattr(self.strategy, "vet", None)
-        if vet is None:
+        if not isinstance(self.strategy, Vetting):
             return ""
         key = config_key(proposal.config)
         with self._cond:
             context = self.context()
         history = [t for t in context.history if config_key(t.config) != key]
-        why = vet(replace(context, history=history, known=[*context.known, candidate]), proposal, candidate)
+        seen = replace(context, history=history, known=[*context.known, candidate])
+        why = self.strategy.vet(seen, proposal, candidate)
         if why:
             with self._cond:
                 self.turned_down += 1
@@ -131,12 +132,13 @@ class Proposals:
 
     def next_ahead(self) -> Config | None:
         """The next configuration to compile ahead, or None (no `scout`, nothing to name, done)."""
-        scout = getattr(self.strategy, "scout", None)
+        strategy = self.strategy
         with self._cond:
-            if scout is None or self.finished or self.halt() or len(self.ahead) >= self.ahead_limit:
+            if (not isinstance(strategy, Scouting) or self.finished or self.halt()
+                    or len(self.ahead) >= self.ahead_limit):
                 return None
             context = self.context()
-        for config in scout(context, 1 + len(self.in_flight)):
+        for config in strategy.scout(context, 1 + len(self.in_flight)):
             key = config_key(config)
             if key not in self.in_flight and key not in self.ahead:
                 return config
@@ -261,7 +263,7 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
         except Exception as exc:  # advisory: the search goes on without it
             report.note(f"{name}: compiling ahead stopped: {exc}")
 
-    scout = next((w for w in workers if getattr(w, "scout", None) is not None), None)
+    scout = next((w for w in workers if w.can_scout), None)
     scouting = None
     if overlap and scout is not None and proposals.ahead_limit:
         scouting = threading.Thread(target=ahead, args=(scout,), name="compile-ahead", daemon=True)

@@ -100,6 +100,10 @@ class RayWorker:
     def reset(self) -> None:
         self._call("reset")
 
+    @property
+    def can_scout(self) -> bool:
+        return False  # compiling ahead runs beside the local worker's trees only
+
 
 def _check_reachable(address: str) -> None:
     """A HOST:PORT that nothing answers on fails here at once: Ray itself retries for minutes."""

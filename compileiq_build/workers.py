@@ -54,6 +54,11 @@ class Worker(Protocol):
 
     def reset(self) -> None: ...
 
+    @property
+    def can_scout(self) -> bool:
+        """Whether it has a tree to compile ahead in (SCOUT_SLOT)."""
+        ...
+
 
 class LocalWorker:
     """Build trees on this host, benchmarks on one GPU (or on the CPU: `gpu` None)."""
@@ -87,6 +92,10 @@ class LocalWorker:
             tree.configure(arch)
             tree.write_flags({})
         return self.baseline.project
+
+    @property
+    def can_scout(self) -> bool:
+        return self.scout is not None
 
     def reset(self) -> None:
         """Every tree back to the project's own flags."""

@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from compileiq_build.space import BASELINE, Config, FlagSpace, config_key
 
@@ -139,12 +139,26 @@ class Context:
 
 
 class Strategy(Protocol):
-    """A strategy may also name configurations to compile ahead while the GPU measures:
-    `scout(context, count) -> list[Config]` (pipeline.py); those without it are not.  And it
-    may look at a proposal once compiled, before the GPU measures it: `vet(context, proposal,
-    candidate) -> str` says why not to measure it ("": measure), `context` knowing the
-    candidate's code and features; a proposal it turns down stays a known candidate."""
+    """Proposes the next configuration to measure, or stops.  A strategy may also be Scouting
+    or Vetting (below): the pipeline asks those that are."""
 
     name: str
 
     def propose(self, context: Context) -> Proposal | Stop: ...
+
+
+@runtime_checkable
+class Scouting(Strategy, Protocol):
+    """Names configurations to compile ahead while the GPU measures (pipeline.py): their code
+    and features arrive as known candidates."""
+
+    def scout(self, context: Context, count: int) -> list[Config]: ...
+
+
+@runtime_checkable
+class Vetting(Strategy, Protocol):
+    """Looks at a proposal once compiled, before the GPU measures it: why not to measure it
+    ("": measure), `context` knowing the candidate's code and features; a proposal it turns
+    down stays a known candidate."""
+
+    def vet(self, context: Context, proposal: Proposal, candidate: Candidate) -> str: ...
