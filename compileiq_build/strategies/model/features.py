@@ -1,0 +1,62 @@
+"""What the model reads of a configuration besides its time: the options it changes, its option
+values one-hot, and the compile-time features of its code (registers, spills, instruction mix).
+
+A configuration of a code whose features are known has them: configurations of one code are one
+point, wherever in the space they lie.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from compileiq_build.space import Config, FlagSpace, config_key
+from compileiq_build.strategies.base import Context
+
+
+def _changed(config: Config, base: Config) -> list[str]:
+    return [k for k, v in config.items() if base.get(k) != v]
+
+
+def _incumbent(context: Context) -> Config:
+    """The best measured configuration, else the project's flags."""
+    return min(((c, t.ratio) for c, t in context.measured if t.ratio is not None),
+               key=lambda ct: ct[1], default=(context.space.default_config(), 1.0))[0]
+
+
+def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
+    """One column per non-default value of every dimension."""
+    columns = [(d.key, v) for d in space.dimensions for v in d.values]
+    index = {kv: i for i, kv in enumerate(columns)}
+    x = np.zeros((len(configs), len(columns)))
+    for r, c in enumerate(configs):
+        for k, v in c.items():
+            if (i := index.get((k, v))) is not None:
+                x[r, i] = 1.0
+    return x
+
+
+def _features(context: Context, configs: Sequence[Config], totals: bool = True) -> list[Mapping[str, float]]:
+    """Each configuration's compile-time features, where known: those of its code (a configuration
+    of a code whose features are known has them), with `totals` those over kernels only
+    (per-kernel columns are many, for few rows)."""
+    by_code = {c.code: c.features for c in context.known if c.code and c.features}
+    own = {config_key(context.space.full_config(c.config)): c.features for c in context.known if c.features}
+    codes = context.codes
+    rows = [own.get(key := config_key(c)) or by_code.get(codes.get(key, ""), {}) for c in configs]
+    return [({k: v for k, v in r.items() if k.startswith("all:")} if totals else {}) or r for r in rows]
+
+
+def _standardized_features(context: Context, configs: Sequence[Config]) -> np.ndarray:
+    """The configurations' compile-time features (`_features`), a column per feature that varies
+    among the known ones, standardized; NaN where a configuration's features are not known."""
+    rows = _features(context, configs)
+    names = sorted({k for r in rows for k in r})
+    f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows]).reshape(len(rows), len(names))
+    known = ~np.isnan(f).all(axis=0)
+    f = f[:, known]
+    mu, sd = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
+    varies = sd > 0
+    return (f[:, varies] - mu[varies]) / sd[varies]

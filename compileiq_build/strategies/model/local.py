@@ -1,0 +1,111 @@
+"""The exploiting phases after screening: combine, then the local step.
+
+- combine: the configuration the model predicts best (no exploration bonus): the moves that
+  helped, combined; COMBINE such proposals at most.  The spill rule does not hold here (spills.py).
+- local: once for every new best configuration, the untried configuration whose code is nearest
+  to the best code (compile-time features where compiled; where not, the best less one of its
+  options first, the option whose move alone did least first, then fewest options changed; ties
+  to the better predicted mean), however the model ranks it.  Options are counted by code: two
+  values whose one-option moves compiled to one code count as one, and a configuration stands for
+  the nearest known one of its code; without compile-time features these counts are all it has.
+  The last fraction of a percent lies in small variants of the best code, which the model cannot
+  resolve from a few measurements of other codes, and combining carries options along that the
+  best does not need (the replays that showed both: benchmarks/results/search/README.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from compileiq_build.space import BASELINE, DEFAULT, Config, config_key
+from compileiq_build.strategies.base import Context
+from compileiq_build.strategies.model.features import _changed, _standardized_features
+
+COMBINE = 2
+
+
+def _combine(context: Context, mean: np.ndarray, best: float) -> int | None:
+    """The pool configuration (an index) of the best predicted mean, while fewer than COMBINE
+    configurations of several options were measured and it is predicted to beat the best."""
+    combined = sum(len(_changed(c, context.space.default_config())) > 1 for c, _ in context.measured)
+    if combined < COMBINE:
+        choice = int(np.argmin(mean))
+        if mean[choice] < math.log(best):
+            return choice
+    return None
+
+
+def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
+               spilling: np.ndarray) -> int | None:
+    """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
+    among those not left out for spilling (`_spilling`), unless a local proposal for the
+    incumbent was made already and did not compile to the incumbent's own code.  Nearest: by the
+    distance of their compile-time features where both are compiled (of those not compiled, the
+    incumbent less one of its options comes first, any other after), then by the options
+    changed from the incumbent; ties go to the better predicted mean
+    (this step exploits).  Decided from the history alone, so that a resumed run, or one with
+    proposals in flight, decides alike.  A local proposal is for the configuration it names as
+    its parent: while a new best is measured, one for the previous best may be in flight and
+    then stand after it in the history.  One recorded without a parent counts for whatever best
+    it follows."""
+    key = config_key(incumbent)
+    configs = [config_key(context.space.full_config(t.config)) for t in context.history]
+    since = next((i for i, k in enumerate(configs) if k == key), len(configs))
+    own = context.history[since].code if since < len(configs) else ""
+    later = context.history[since + 1:]
+    if not pool or any(t.phase == "local" and t.parent in ("", key) and not (own and t.code == own)
+                       for t in later):
+        return None
+    z = _standardized_features(context, [incumbent, *pool])
+    # No feature known (a table without them): no distance, rather than 0 for every pair.
+    distance = ((z[1:] - z[0]) ** 2).sum(1) if z.shape[1] else np.full(len(pool), math.nan)
+    # Not compiled yet: the incumbent less one of its options first (presumed nearest), the rest
+    # last.  A pool configuration stands for its code: of the known ones of that code, the step
+    # from the incumbent is the nearest.
+    alone = _alone_codes(context)
+    same: dict[str, list[Config]] = {}
+    for c in context.known:
+        if c.code:  # not compiled yet: a code of its own, not one with every other such
+            same.setdefault(c.code, []).append(context.space.full_config(c.config))
+    codes = context.codes
+    steps = [min((_step(x, incumbent, alone) for x in [c, *same.get(codes.get(config_key(c)) or "", [])]),
+                 key=lambda rm: (not rm[0], len(rm[1]))) for c in pool]
+    removal = np.array([r for r, _ in steps])
+    moved = [m for _, m in steps]
+    distance = np.where(np.isnan(distance), np.where(removal, 0.0, math.inf), distance)
+    # Of the removals, first the option whose move alone did least: likeliest a passenger.
+    passenger = [_alone_effect(context, m[0], incumbent[m[0]]) if r else 0.0 for r, m in steps]
+    keys = (mean, np.array(passenger), np.array([len(d) for d in moved]), distance)
+    order = [i for i in np.lexsort(keys) if not spilling[i]]
+    return int(order[0]) if order else None
+
+
+def _alone_codes(context: Context) -> Callable[[str, str], str]:
+    """(dimension, value) -> the code of that value alone (its one-option move from the project's
+    flags, the default value the baseline's code) where compiled, else a label of the value.
+    Values of one code alone act alike (benchmarks/results/search/README.md has an example)."""
+    codes, default = context.codes, context.space.default_config()
+    base = codes.get(BASELINE, "")
+
+    def alone(dim: str, value: str) -> str:
+        if value == DEFAULT:
+            return base or f"{dim}={value}"
+        return codes.get(config_key({**default, dim: value}), "") or f"{dim}={value}"
+    return alone
+
+
+def _step(config: Config, base: Config, alone: Callable[[str, str], str]) -> tuple[bool, list[str]]:
+    """The dimensions where `config` and `base` differ in the code their values give alone
+    (`_alone_codes`: where every move is compiled, the options changed that change the code),
+    and whether that is one option of `base` taken away."""
+    moved = [k for k in config if config[k] != base[k] and alone(k, config[k]) != alone(k, base[k])]
+    return len(moved) == 1 and alone(moved[0], config[moved[0]]) == alone(moved[0], DEFAULT), moved
+
+
+def _alone_effect(context: Context, dim: str, value: str) -> float:
+    """|log ratio| measured for `value` of `dim` alone (its one-option move); inf if not measured."""
+    trial = context.outcome({**context.space.default_config(), dim: value})
+    return abs(math.log(trial.ratio)) if trial is not None and trial.ratio else math.inf

@@ -1,0 +1,54 @@
+"""The untried configurations the model ranks, one per known machine code.
+
+Where the space is small (POOL configurations at most) every configuration; else POOL random
+draws, the best so far with one dimension changed and with pairs of changes, and every compiled
+configuration.  Of one code, the configuration with the fewest options set stands for it: the
+candidates of one code are one choice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from compileiq_build.space import BASELINE, DEFAULT, Config, config_key
+from compileiq_build.strategies.base import Context
+from compileiq_build.strategies.model.features import _changed, _incumbent
+
+POOL = 4000
+
+
+def _pool(context: Context, rng: random.Random) -> list[Config]:
+    """Untried configurations to rank, one per known machine code."""
+    space = context.space
+    if context.closed:
+        configs = context.choices()
+    else:
+        dims = space.dimensions
+        choices = [(DEFAULT, *d.values) for d in dims]
+        if space.size <= POOL:
+            configs = [dict(zip((d.key for d in dims), values, strict=True))
+                       for values in itertools.product(*choices)]
+        else:
+            configs = [{d.key: rng.choice(c) for d, c in zip(dims, choices, strict=True)}
+                       for _ in range(POOL)]
+            # Around the best so far: one dimension changed, and pairs of changes.
+            incumbent = _incumbent(context)
+            for d, values in zip(dims, choices, strict=True):
+                configs += [{**incumbent, d.key: v} for v in values]
+            for _ in range(POOL // 4):
+                a, b = rng.sample(range(len(dims)), 2) if len(dims) > 1 else (0, 0)
+                configs.append({**incumbent, dims[a].key: rng.choice(choices[a]),
+                                dims[b].key: rng.choice(choices[b])})
+            configs += [space.full_config(c.config) for c in context.known]
+    unique: dict[str, Config] = {}
+    codes = context.codes
+    for c in configs:
+        key = config_key(c)
+        if context.fresh(c) and key != BASELINE:
+            # Of one code, the configuration with the fewest options set stands for it.
+            label = codes.get(key) or key
+            if label not in unique or len(_changed(c, space.default_config())) < len(
+                    _changed(unique[label], space.default_config())):
+                unique[label] = c
+    return list(unique.values())

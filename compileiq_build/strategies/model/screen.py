@@ -1,0 +1,99 @@
+"""The phases on the project's own flags before the model ranks: screening, or a prior's guesses.
+
+- screen: one-option moves away from the project's flags, in passes over the dimensions in stage
+  order (common to exotic), each pass taking every dimension's next value; a dimension's values
+  come extremes first (0 and 10 before 4).  A move whose machine code was measured is known
+  without measuring.  Screening spends at most SCREEN_SHARE of the budget: what it leaves
+  unmeasured, the model ranks.
+- prior (with a prior learned across kernels, prior.py, in place of screening): the untried
+  configuration of the best predicted mean, one option or several, for the screening share of
+  the budget, until PRIOR_TRIES guesses gained nothing beyond the noise.  While it guesses, the
+  one-option moves are compiled ahead, best predicted first, so that their code informs it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from compileiq_build.space import Config, Dimension, FlagSpace
+from compileiq_build.strategies.base import Context
+from compileiq_build.strategies.model.fit import _learned, _predict
+from compileiq_build.strategies.model.pool import _pool
+from compileiq_build.strategies.model.spills import _spilling
+from compileiq_build.strategies.model.stop import _noise
+
+if TYPE_CHECKING:
+    from compileiq_build.prior import Prior
+
+SCREEN_SHARE = 0.5
+PRIOR_TRIES = 2  # guesses of the prior that must gain, or screening takes over
+
+
+def spread_order(dim: Dimension) -> list[str]:
+    """A dimension's values, extremes first, then each time the value farthest from those taken
+    (numeric values), or as listed."""
+    try:
+        numbers = [float(v) for v in dim.values]
+    except ValueError:
+        return list(dim.values)
+    order = [int(np.argmin(numbers)), int(np.argmax(numbers))] if len(numbers) > 1 else [0]
+    while len(order) < len(numbers):
+        gaps = [min(abs(x - numbers[j]) for j in order) if i not in order else -1.0
+                for i, x in enumerate(numbers)]
+        order.append(int(np.argmax(gaps)))
+    return [dim.values[i] for i in dict.fromkeys(order)]
+
+
+def screening_moves(space: FlagSpace) -> list[Config]:
+    """One-option moves in passes over the dimensions (stage order), each taking the next value."""
+    orders = [spread_order(d) for d in space.dimensions]
+    moves = []
+    for step in range(max((len(o) for o in orders), default=0)):
+        for dim, order in zip(space.dimensions, orders, strict=True):
+            if step < len(order):
+                moves.append({**space.default_config(), dim.key: order[step]})
+    return moves
+
+
+def _screening(context: Context) -> bool:
+    """Screening may still spend evaluations (SCREEN_SHARE of the budget)."""
+    return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
+
+
+def _screen(context: Context) -> Config | None:
+    if not _screening(context):
+        return None
+    available = context.choices() if context.closed else None
+    for move in screening_moves(context.space):
+        if context.fresh(move) and (available is None or move in available):
+            return move
+    return None
+
+
+def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
+                 assumed_noise: float) -> Config | None:
+    """While screening with a prior: the untried configuration of the best predicted mean
+    (the prior, scaled and corrected by what was measured here), one-option moves or not."""
+    guessed = [t for _, t in context.measured if t.phase == "prior"]
+    noise, _ = _noise(context.measured, assumed_noise)
+    # Two guesses that gained nothing beyond the noise: the prior does not know this code,
+    # and screening takes over.
+    if len(guessed) >= PRIOR_TRIES and not any(t.ratio and t.ratio < 1 - noise for t in guessed):
+        return None
+    if not _screening(context) or not (pool := _pool(context, rng)):
+        return None
+    mean, _ = _predict(context, [], pool, prior, assumed_noise)
+    return pool[int(np.argmin(np.where(_spilling(context, pool), np.inf, mean)))]
+
+
+def _moves(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:
+    """The one-option moves in screening order; with a prior, best predicted first."""
+    moves = screening_moves(context.space)
+    if not _learned(prior, context):
+        return moves
+    mean, _ = _predict(context, [], moves, prior, assumed_noise)
+    return [moves[i] for i in np.argsort(mean, kind="stable")]

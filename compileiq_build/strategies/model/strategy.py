@@ -1,0 +1,120 @@
+"""ModelGuided, the default strategy: informative seeds, then a model of the measured landscape.
+
+`propose` takes the phases in turn, each proposal naming its phase for the log: transfer
+(transfer.py), prior or screen (screen.py), then combine and local (local.py) and model: the
+lowest confidence bound of the prediction (mean minus `kappa` standard deviations, fit.py) among
+the configurations the spill rule leaves (spills.py), until a stop rule holds (stop.py).  While
+the GPU measures, `scout` names what to compile ahead: the screening moves to come, then the
+untried configurations of lowest bound whose code is unknown.  Their codes and features arrive
+as known candidates: a move whose code was measured costs nothing, and the process predicts the
+others from their code.  `vet` turns down a compiled proposal that breaks the spill rule.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from compileiq_build.space import Config, config_key
+from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
+from compileiq_build.strategies.model.features import _incumbent
+from compileiq_build.strategies.model.fit import _learned, _predict
+from compileiq_build.strategies.model.local import _combine, _unrefined
+from compileiq_build.strategies.model.pool import _pool
+from compileiq_build.strategies.model.screen import _moves, _prior_guess, _screen, _screening
+from compileiq_build.strategies.model.spills import _spill_bytes, _spilling
+from compileiq_build.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left
+from compileiq_build.strategies.model.transfer import _fits, _transfer, _transfers
+
+if TYPE_CHECKING:
+    from compileiq_build.prior import Prior
+
+
+class ModelGuided:
+    name = "model"
+
+    def __init__(self, seed: int = 0, kappa: float = 2.0, noise: float = 0.002,
+                 transfer: Sequence[Trial] = (), prior: Prior | None = None) -> None:
+        self.seed = seed
+        self.transfer = transfer  # evaluations of other targets: the first proposals, and rows of the fit
+        self.prior = prior  # the model learned across kernels (prior.py): the mean of the fit
+        self.kappa = kappa
+        self.noise = noise  # relative: gains predicted below this are not worth measuring
+
+    def propose(self, context: Context) -> Proposal | Stop:
+        space = context.space
+        rng = random.Random(f"{self.seed}:{len(context.history)}")
+        transfer = [(space.full_config(t.config), t) for t in self.transfer if _fits(space, t.config)]
+        if (seed := _transfer(context, transfer)) is not None:
+            return Proposal(seed, "transfer")
+        if not _transfers(transfer, context.measured):
+            transfer = []
+        # What transferred from other targets informs the model as screening would.
+        if (not transfer and _learned(self.prior, context)
+                and (guess := _prior_guess(context, rng, self.prior, self.noise)) is not None):
+            return Proposal(guess, "prior")
+        if not transfer and (move := _screen(context)) is not None:
+            return Proposal(move, "screen")
+        return self._refine(context, transfer, rng)
+
+    def _refine(self, context: Context, transfer: Sequence[tuple[Config, Trial]],
+                rng: random.Random) -> Proposal | Stop:
+        """The phases after screening: combine, local and model, or a stop rule."""
+        if (streak := _free_streak(context)) >= FREE_STREAK:
+            return Stop(f"its last {streak} proposals compiled to machine code measured before")
+        pool = _pool(context, rng)
+        if not pool:
+            return Stop("every configuration of the space was measured")
+        mean, std = _predict(context, transfer, pool, self.prior, self.noise)
+        best = min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
+        if (choice := _combine(context, mean, best)) is not None:
+            return Proposal(pool[choice], "combine")
+        spilling = _spilling(context, pool)
+        bound = np.where(spilling, np.inf, mean - self.kappa * std)
+        incumbent = _incumbent(context)
+        if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean, spilling)) is not None:
+            return Proposal(pool[local], "local", config_key(incumbent))
+        choice = int(np.argmin(bound))
+        if not np.isfinite(bound[choice]):
+            return Stop("every untried configuration left compiles to code that spills more than "
+                        "the least-spilling code known (the spill rule)")
+        if (stop := _no_gain_left(context, incumbent, pool, mean, std, bound, best, self.noise)) is not None:
+            return stop
+        return Proposal(pool[choice], "model")
+
+    @staticmethod
+    def vet(context: Context, proposal: Proposal, candidate: Candidate) -> str:
+        """Why not to measure a proposal of the model or the local step now compiled: its code
+        spills more than the least-spilling code known (the spill rule), or ""."""
+        if proposal.phase not in ("local", "model") or candidate.code in context.by_code:
+            return ""  # screening and combine may measure spills (spills.py); a measured code is free
+        if not _spilling(context, [context.space.full_config(candidate.config)])[0]:
+            return ""
+        return (f"its code spills {_spill_bytes(candidate.features):.0f} bytes, more than the "
+                f"least-spilling code known (the spill rule)")
+
+    def scout(self, context: Context, count: int) -> list[Config]:
+        """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
+        compile-time features inform the choice before they are measured: while screening, the
+        one-option moves (with a prior, best predicted first: their code informs its guesses);
+        then the untried configurations of lowest bound whose code is unknown, those predicted to
+        spill last."""
+        known = set(context.codes)
+        available = {config_key(c) for c in context.choices()} if context.closed else None
+        if _screening(context):
+            moves = [m for m in _moves(context, self.prior, self.noise)
+                     if context.fresh(m) and config_key(m) not in known
+                     and (available is None or config_key(m) in available)]
+            if moves:
+                return moves[:count]
+        rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
+        pool = [c for c in _pool(context, rng) if config_key(c) not in known]
+        if not pool:
+            return []
+        mean, std = _predict(context, [], pool, self.prior, self.noise)
+        # Those left out for spilling (predicted, as none is compiled) come last, as in `propose`.
+        bound = np.where(_spilling(context, pool), np.inf, mean - self.kappa * std)
+        return [pool[i] for i in np.argsort(bound, kind="stable")[:count]]
