@@ -2,8 +2,8 @@
 
 The sampled tables of `search_replay` close the search to their rows: a configuration outside
 them cannot be proposed, compiled ahead or measured.  `tune` has no such bound, and on the H200
-it did what the closed replays could not show (benchmarks/results/search/large/README.md,
-session 8).  Here a landscape of `benchmarks.synthetic` answers any configuration: compiling it
+it did what the closed replays could not show (benchmarks/results/search/large/README.md).
+Here a landscape of `benchmarks.synthetic` answers any configuration: compiling it
 gives its code and features, measuring it the code's time (noise fixed per code).  Evaluations
 count distinct codes measured, as in `tune` (which also ends a search after ten proposals per
 evaluation of the budget, and measures a compiled proposal only if the strategy's `vet`

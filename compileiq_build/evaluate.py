@@ -4,38 +4,19 @@ Pairs run in a random order (a fixed order would turn any first-run/second-run
 effect into a fake gain) and continue adaptively: from `min_pairs` on, a
 workload stops once its interval has decided (entirely below or above 1) or is
 narrower than `precision`, and at the latest after `max_pairs` or `time_cap`.
+Two rules stop a search candidate sooner, each against the noise of a paired log ratio pooled
+over the target's earlier search evaluations (`Race`):
 
-Racing (search and minimizing steps; validation measures fully): from `RACE_PAIRS` pairs on,
-a candidate that can no longer be a winner (a minimizing step: can no longer serve as well as
-the configuration it reduces) is raced out, and its remaining benchmarks are not run.  The
-margin of a workload is max(`RACE_FLOOR`, `RACE_SIGMAS` x the standard deviation of its log
-paired ratio), that deviation pooled over the target's earlier search evaluations (median
-|difference of successive log ratios| / 0.954); a workload without 8 such differences yet is
-never raced.  With several benchmarks, each one's first
-`RACE_PAIRS` pairs run before any is measured in full (a probe, where (b) applies once every
-benchmark has its pairs), so that a candidate slower on its last benchmark stops before the
-first takes all its pairs.  The candidate is raced out when
+- racing (`raced_out`; minimizing steps too): from `RACE_PAIRS` pairs on, a candidate that can
+  no longer be a winner (a minimizing step: can no longer serve as well as the configuration
+  it reduces), and its remaining benchmarks are not run;
+- the indifference zone (`indifferent`): from `INDIFFERENT_PAIRS` pairs on, a candidate that
+  cannot beat the best so far by `precision`, the resolution the user asked for.
 
-(a) a workload's interval lies above 1 + margin: it can never be faster on every
-    workload, which a winner needs; or
-(b) the geometric mean of its intervals' low ends (its optimistic bound; earlier
-    benchmarks' final low ends included, so only while measuring the last one) lies
-    above reference x (1 + mean margin).  The reference is the ratio of the
-    `FINALISTS`-th best candidate faster than the baseline so far: `decide` validates
-    that many finalists, and the second best wins when the best fails validation.  For a
-    minimizing step it is the ratio of the configuration it reduces.
-
-With 2 pairs the low end is the smaller ratio: a candidate truly as good as the
-reference is raced out with probability P(z > 3)^2 = 2e-6 under normal noise.
-
-Indifference zone (search only): from `INDIFFERENT_PAIRS` pairs on, a candidate stops once it
-cannot beat the incumbent (the best search candidate found faster, else the baseline) by the
-resolution that matters, `--precision`: the geometric mean over workloads of its optimistic
-bound, median log ratio - 2 x 1.2533 sigma / sqrt(pairs) with the pooled sigma above (2.3% one
-sided per look), lies above incumbent x (1 - precision).  One whose interval says faster still
-gets `min_pairs` first.  Replayed on recorded H200 A/A pairs (benchmarks/measurement_power.py),
-identical candidates took 4.3 pairs instead of 16.9, no false winner, and a candidate 1.5 x
-precision faster is still found with 95% power (precision itself: 74%, the zone's edge).
+With several benchmarks, each one's first `RACE_PAIRS` pairs run before any is measured in
+full (a probe), so that a candidate slower on its last benchmark stops before the first takes
+all its pairs.  Validation measures fully.  What the rules cost and save, measured on recorded
+H200 pairs: benchmarks/results/measurement/README.md.
 """
 
 from __future__ import annotations
@@ -122,7 +103,21 @@ class Race:
 
 
 def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
-    """Why the candidate can no longer be a winner, or "" while it still can."""
+    """Why the candidate can no longer be a winner, or "" while it still can.
+
+    A workload's margin is max(`RACE_FLOOR`, `RACE_SIGMAS` x its pooled sigma); a workload with
+    fewer than `RACE_NOISE_MIN` successive differences is never raced.  Out when
+
+    (a) a workload's interval lies above 1 + margin: it can never be faster on every workload,
+        which a winner needs; or
+    (b) the geometric mean of its intervals' low ends (earlier benchmarks' final low ends
+        included, so only while measuring the last one) lies above reference x (1 + mean
+        margin).  The reference is the ratio of the `FINALISTS`-th best candidate faster than
+        the baseline so far (`decide` validates that many, and the second best wins when the
+        best fails validation); for a minimizing step, that of the configuration it reduces.
+
+    With 2 pairs the low end is the smaller ratio: a candidate truly as good as the reference
+    is raced out with probability P(z > 3)^2 = 2e-6 under normal noise."""
     if race is None or pairs < RACE_PAIRS:
         return ""
     lows = dict(race.settled)
@@ -145,7 +140,13 @@ def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
 
 def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
     """Why the candidate cannot beat the incumbent by the race's precision, or "" while it
-    still can (module docstring); needs every workload's noise."""
+    still can; needs every workload's noise.
+
+    The incumbent is the best search candidate found faster, else the baseline.  The bound is
+    the geometric mean over workloads (the evaluation's other benchmarks' pairs included) of
+    exp(median log ratio - `INDIFFERENT_Z` x `MEDIAN_SD` x sigma / sqrt(pairs)), 2.3% one sided
+    per look; the candidate stops when it lies above incumbent x (1 - precision).  One whose
+    interval says faster still gets `min_pairs` first (`sampling_done`)."""
     if race is None or race.incumbent is None or pairs < INDIFFERENT_PAIRS:
         return ""
     bounds = []

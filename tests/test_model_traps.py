@@ -58,7 +58,7 @@ def test_the_model_checks_the_incumbents_neighbours_before_it_stops():
     """The trap of nbody's table: X=on alone is not in the pool (a sampled table), so the model
     first measures X with O=1, where it gains little; the additive effects then predict nothing
     better, and without the neighbour check it stops at 72% of the gain (verified by patching
-    `ModelGuided._unchecked_neighbour` to return None).  The incumbent's neighbour along O,
+    `strategies.model.stop._unchecked_neighbour` to return None).  The incumbent's neighbour along O,
     X=on at the default O, holds the optimum.  (No budget is given: with one, the model spends
     it once it holds a winner, and does not stop here at all.)"""
     alone = {**SPACE.default_config(), "T:X": "on"}

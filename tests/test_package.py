@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from importlib import metadata
@@ -68,3 +69,17 @@ def test_find_package_refuses_an_incompatible_version(tmp_path, configure):
     proc = configure(src, tmp_path / "build", check=False)
     assert proc.returncode != 0
     assert "CompileIQ" in proc.stderr and "version" in proc.stderr.lower()
+
+
+def test_no_docstring_is_over_25_lines():
+    """Docstrings say what the code does and why; history and figures go to benchmarks/results."""
+    package = Path(__file__).resolve().parents[1] / "compileiq_build"
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = len((ast.get_docstring(node) or "").splitlines())
+                if lines > 25:
+                    name = getattr(node, "name", "<module>")
+                    offenders.append(f"{path.relative_to(package.parent)}:{name}: {lines} lines")
+    assert not offenders, "docstrings over 25 lines:\n" + "\n".join(offenders)
