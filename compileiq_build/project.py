@@ -189,86 +189,10 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
             "Re-configure the build folder with the CompileIQ module of this version "
             "(-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir))."
         )
-    compilers = {}
-    for lang, c in _obj(m.get("compilers", {}), f"{where}: compilers").items():
-        c = _obj(c, f"{where}: compilers.{lang}")
-        compilers[lang] = Compiler(
-            language=lang,
-            id=_str(c, "id", where),
-            version=_str(c, "version", where),
-            path=_str(c, "path", where),
-            flags=_str(c, "flags", where),
-            config_flags=_str(c, "config_flags", where),
-        )
-    targets = []
-    for i, t in enumerate(_list(m, "targets", where)):
-        tw = f"{where}: targets[{i}]"
-        t = _obj(t, tw)
-        per_lang = _obj(t.get("per_language", {}), tw)
-        arch_keys, files, applied, counts = {}, {}, {}, {}
-        project_archs: tuple[str, ...] = ()
-        for lang, info in per_lang.items():
-            info = _obj(info, f"{tw}.{lang}")
-            arch_keys[lang] = _str(info, "arch_key", tw)
-            if info.get("candidate_file"):
-                files[lang] = Path(_str(info, "candidate_file", tw))
-            if isinstance(info.get("sources"), int):
-                counts[lang] = info["sources"]
-            applied[lang] = _strs(info, "applied_flags", tw)
-            if lang == "CUDA":
-                project_archs = _strs(info, "project_architectures", tw)
-        name = _str(t, "name", tw)
-        if not name:
-            raise CompileIQError(f"{tw}: a target without a name")
-        targets.append(
-            Target(
-                name=name,
-                id=_str(t, "id", tw) or name,
-                type=_str(t, "type", tw),
-                languages=_strs(t, "languages", tw),
-                arch_keys=arch_keys,
-                project_architectures=project_archs,
-                candidate_files=files,
-                source_counts=counts,
-                applied_flags=applied,
-                cmake_target=_str(t, "target", tw),
-                group=_str(t, "group", tw),
-                sources=_strs(t, "sources", tw),
-            )
-        )
-    benchmarks = []
-    for i, b in enumerate(_list(m, "benchmarks", where)):
-        bw = f"{where}: benchmarks[{i}]"
-        b = _obj(b, bw)
-        fmt = _str(b, "format", bw) or "auto"
-        if fmt not in FORMATS:
-            raise CompileIQError(f"{bw}: unknown format {fmt!r}")
-        unit = _str(b, "unit", bw) or "s"  # rates (HIGHER_IS_BETTER) have no unit
-        if unit not in UNIT_SECONDS:
-            raise CompileIQError(f"{bw}: unknown unit {unit!r}")
-        timeout = _number(b, "timeout", bw)
-        tolerance = _number(b, "tolerance", bw)
-        benchmarks.append(
-            Benchmark(
-                name=_str(b, "name", bw),
-                index=i,
-                executable=_str(b, "executable", bw),
-                executable_target=_str(b, "executable_target", bw),
-                args=_strs(b, "args", bw),
-                targets=_strs(b, "targets", bw),
-                format=fmt,
-                regex=_str(b, "regex", bw),
-                column=_str(b, "column", bw),
-                unit=unit,
-                higher_is_better=bool(b.get("higher_is_better", False)),
-                workdir=_str(b, "workdir", bw),
-                timeout=timeout,
-                labels=_strs(b, "labels", bw),
-                checksum=_str(b, "checksum", bw),
-                output_file=_str(b, "output_file", bw),
-                tolerance=tolerance,
-            )
-        )
+    compilers = _compilers(m, where)
+    targets = tuple(_target(t, f"{where}: targets[{i}]") for i, t in enumerate(_list(m, "targets", where)))
+    benchmarks = tuple(_benchmark(b, i, f"{where}: benchmarks[{i}]")
+                       for i, b in enumerate(_list(m, "benchmarks", where)))
     source_dir = Path(_str(m, "source_dir", where))
     return Project(
         # Manifests written before project_name was recorded: the source folder's name.
@@ -281,10 +205,91 @@ def parse_manifest(raw: Any, where: str = "manifest") -> Project:
         make_program=_str(m, "make_program", where),
         host_key=_str(m, "host_key", where),
         compilers=compilers,
-        targets=tuple(targets),
-        benchmarks=tuple(benchmarks),
+        targets=targets,
+        benchmarks=benchmarks,
         candidate_flags=bool(m.get("candidate_flags", False)),
         tuning_arch=_str(m, "tuning_arch", where),
+    )
+
+
+def _compilers(m: dict[str, Any], where: str) -> dict[str, Compiler]:
+    compilers = {}
+    for lang, c in _obj(m.get("compilers", {}), f"{where}: compilers").items():
+        c = _obj(c, f"{where}: compilers.{lang}")
+        compilers[lang] = Compiler(
+            language=lang,
+            id=_str(c, "id", where),
+            version=_str(c, "version", where),
+            path=_str(c, "path", where),
+            flags=_str(c, "flags", where),
+            config_flags=_str(c, "config_flags", where),
+        )
+    return compilers
+
+
+def _target(raw: Any, tw: str) -> Target:
+    """One entry of the manifest's targets, its per-language fields gathered per field."""
+    t = _obj(raw, tw)
+    per_lang = _obj(t.get("per_language", {}), tw)
+    arch_keys, files, applied, counts = {}, {}, {}, {}
+    project_archs: tuple[str, ...] = ()
+    for lang, info in per_lang.items():
+        info = _obj(info, f"{tw}.{lang}")
+        arch_keys[lang] = _str(info, "arch_key", tw)
+        if info.get("candidate_file"):
+            files[lang] = Path(_str(info, "candidate_file", tw))
+        if isinstance(info.get("sources"), int):
+            counts[lang] = info["sources"]
+        applied[lang] = _strs(info, "applied_flags", tw)
+        if lang == "CUDA":
+            project_archs = _strs(info, "project_architectures", tw)
+    name = _str(t, "name", tw)
+    if not name:
+        raise CompileIQError(f"{tw}: a target without a name")
+    return Target(
+        name=name,
+        id=_str(t, "id", tw) or name,
+        type=_str(t, "type", tw),
+        languages=_strs(t, "languages", tw),
+        arch_keys=arch_keys,
+        project_architectures=project_archs,
+        candidate_files=files,
+        source_counts=counts,
+        applied_flags=applied,
+        cmake_target=_str(t, "target", tw),
+        group=_str(t, "group", tw),
+        sources=_strs(t, "sources", tw),
+    )
+
+
+def _benchmark(raw: Any, i: int, bw: str) -> Benchmark:
+    b = _obj(raw, bw)
+    fmt = _str(b, "format", bw) or "auto"
+    if fmt not in FORMATS:
+        raise CompileIQError(f"{bw}: unknown format {fmt!r}")
+    unit = _str(b, "unit", bw) or "s"  # rates (HIGHER_IS_BETTER) have no unit
+    if unit not in UNIT_SECONDS:
+        raise CompileIQError(f"{bw}: unknown unit {unit!r}")
+    timeout = _number(b, "timeout", bw)
+    tolerance = _number(b, "tolerance", bw)
+    return Benchmark(
+        name=_str(b, "name", bw),
+        index=i,
+        executable=_str(b, "executable", bw),
+        executable_target=_str(b, "executable_target", bw),
+        args=_strs(b, "args", bw),
+        targets=_strs(b, "targets", bw),
+        format=fmt,
+        regex=_str(b, "regex", bw),
+        column=_str(b, "column", bw),
+        unit=unit,
+        higher_is_better=bool(b.get("higher_is_better", False)),
+        workdir=_str(b, "workdir", bw),
+        timeout=timeout,
+        labels=_strs(b, "labels", bw),
+        checksum=_str(b, "checksum", bw),
+        output_file=_str(b, "output_file", bw),
+        tolerance=tolerance,
     )
 
 
