@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 from compileiq_build import __version__, cmake_dir
 from compileiq_build.errors import CompileIQError
@@ -63,11 +64,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cmake-dir", action="store_true",
                    help="print the folder holding CompileIQConfig.cmake and CompileIQ.cmake")
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    for add in (_tune_parser, _profile_parser, _report_parser, _learn_parser, _emit_parser,
+                _space_parser, _doctor_parser, _demo_parser):
+        add(verbs)
+    return p
 
+
+# What add_subparsers returns: each verb adds its own parser to it.
+_Verbs: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _tune_parser(verbs: _Verbs) -> None:
     t = verbs.add_parser("tune", help="search, measure, validate and write the toolchain file")
     t.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     _tune_arguments(t)
 
+
+def _profile_parser(verbs: _Verbs) -> None:
     pr = verbs.add_parser("profile", help="where the benchmarks' GPU time goes (ncu), and the "
                           "groups of sources that suggests")
     pr.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
@@ -78,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--allow-shared-gpu", action="store_true",
                     help="profile although another process holds the GPU")
 
+
+def _report_parser(verbs: _Verbs) -> None:
     r = verbs.add_parser("report", help="summarise the stored results of a build folder")
     r.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     r.add_argument("--csv", type=Path, metavar="PATH", help="also export every measurement as CSV")
@@ -88,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the search's measurements as a replay table (CSV)")
     r.add_argument("--target", help="the target of --table, when several were tuned")
 
+
+def _learn_parser(verbs: _Verbs) -> None:
     ln = verbs.add_parser("learn", help="fit the prior (a LightGBM model of what options do to kinds of "
                           "code) on the corpus of measured kernels and your own stores")
     ln.add_argument("--corpus", type=Path, nargs="+", default=[], metavar="DIR",
@@ -98,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                     "package; with --add, <first BUILD_DIR>/compileiq/prior.txt, which tune of that "
                     "folder loads)")
 
+
+def _emit_parser(verbs: _Verbs) -> None:
     e = verbs.add_parser("emit", help="write the toolchain file again from stored results")
     e.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
     e.add_argument("--output", type=Path, help="where to write (default: the project's "
@@ -106,26 +125,40 @@ def _parser() -> argparse.ArgumentParser:
                    help="results stores (results.sqlite, or the build folders holding them) of "
                    "other machines, one per GPU architecture, to combine with this one")
 
+
+def _space_parser(verbs: _Verbs) -> None:
     s = verbs.add_parser("space", help="show the flag space this machine's compilers accept")
     s.add_argument("--language", choices=("CUDA", "CXX"), action="append",
                    help="only this language (repeatable; default: both)")
     s.add_argument("--allow-numerics-change", action="store_true")
     s.add_argument("--allow-host-specific", action="store_true")
 
+
+def _doctor_parser(verbs: _Verbs) -> None:
     doc = verbs.add_parser("doctor", help="what is installed, which GPU, what is missing")
     doc.add_argument("build_dir", type=Path, nargs="?", metavar="BUILD_DIR",
                      help="also check that this build folder was configured with CompileIQ")
 
+
+def _demo_parser(verbs: _Verbs) -> None:
     d = verbs.add_parser("demo", help="tune the bundled sample_project end to end")
     d.add_argument("--workdir", type=Path,
                    help="folder for the copy of sample_project and its builds (default: a new "
                    "temporary folder)")
     # Six candidates are few for the model's phases; staged's single changes found gemm's gain.
     _tune_arguments(d, budget=6, strategy="staged")
-    return p
 
 
 def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str = "model") -> None:
+    """tune's and demo's options, grouped in the order --help lists them: the search, where it
+    builds and measures, how it measures, and what the search starts from."""
+    _search_arguments(p, budget, strategy)
+    _where_arguments(p)
+    _measuring_arguments(p)
+    _start_arguments(p)
+
+
+def _search_arguments(p: argparse.ArgumentParser, budget: int, strategy: str) -> None:
     p.add_argument("--budget", type=_positive_int, default=budget,
                    help=f"evaluations per target: distinct machine codes measured; a candidate whose "
                    f"code was measured before costs a compile only (default {budget})")
@@ -144,6 +177,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    help="search only these dimensions of the space (names as `space` prints them)")
     p.add_argument("--output", type=Path, help="toolchain file to write (default: "
                    "compileiq-toolchain.cmake in the project's source folder)")
+
+
+def _where_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_positive_int,
                    help="candidates compiled at once, each in its own build tree, while the benchmarks "
                    "of others run; shared among the GPUs (default: a quarter of the cores, at most 8)")
@@ -156,6 +192,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    "project at the same path on each); --jobs is then per worker (default 2)")
     p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
                    "(default: 20 times the baseline build, at least 5 minutes)")
+
+
+def _measuring_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=_positive_int, default=5,
                    help="paired candidate/baseline runs per workload, at least (default 5)")
     p.add_argument("--max-repeats", type=_positive_int, default=20,
@@ -177,6 +216,9 @@ def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str 
                    help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="measure although another process holds the GPU (the report says so)")
+
+
+def _start_arguments(p: argparse.ArgumentParser) -> None:
     prior = p.add_mutually_exclusive_group()
     prior.add_argument("--no-prior", dest="prior", action="store_false", default=True,
                        help="start the model-guided search without the prior learned across kernels")
@@ -258,63 +300,92 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         _parser().print_help()
         return 2
     command = "python -m compileiq_build " + shlex.join(argv)
-    if args.verb == "tune":
-        from compileiq_build.progress import Reporter
-        from compileiq_build.tune import tune
+    return _VERBS[args.verb](args, command)
 
-        _confirm_fresh(args, args.build_dir.resolve())
-        _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
-    elif args.verb == "profile":
-        from compileiq_build.progress import Reporter
-        from compileiq_build.tune import TuneOptions, profile
 
-        options = TuneOptions(targets=args.targets, gpus=args.gpus, allow_shared_gpu=args.allow_shared_gpu)
-        print("\n".join(profile(args.build_dir, options, Reporter(), command)) or
-              "no source of the tuned targets holds the profiled kernels")
-    elif args.verb == "demo":
-        from compileiq_build.demo import demo
-        from compileiq_build.progress import Reporter
+def _tune(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.progress import Reporter
+    from compileiq_build.tune import tune
 
-        if args.workdir:
-            _confirm_fresh(args, (args.workdir / "build").resolve())
-        _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
-    elif args.verb == "report":
-        from compileiq_build.report import export, html, report, table
-
-        print(report(args.build_dir))
-        if args.table:
-            print(f"{table(args.build_dir, args.table, args.target)} configurations written to {args.table}")
-        if args.html:
-            print(f"HTML report written to {html(args.build_dir, args.html)}")
-        if args.csv or args.parquet:
-            rows = export(args.build_dir, args.csv, args.parquet)
-            for path in (args.csv, args.parquet):
-                if path:
-                    print(f"{rows} measurements written to {path}")
-    elif args.verb == "learn":
-        from compileiq_build.learn import learn
-
-        done = learn(args.corpus, args.add, args.output)
-        print(f"prior written to {done.path}: {done.kernels} kernels of {len(done.projects)} projects, "
-              f"{done.rows} configurations, {done.seconds:.1f} s")
-    elif args.verb == "emit":
-        from compileiq_build.report import emit
-
-        path, decisions = emit(args.build_dir, args.output, args.merge)
-        _print_pending(decisions)
-        print(f"toolchain file: {path}")
-    elif args.verb == "space":
-        from compileiq_build.report import show_space
-
-        print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change,
-                         args.allow_host_specific, lambda text: print(text, file=sys.stderr, flush=True)))
-    elif args.verb == "doctor":
-        from compileiq_build.doctor import doctor
-
-        text, ok = doctor(args.build_dir)
-        print(text)
-        return 0 if ok else 1
+    _confirm_fresh(args, args.build_dir.resolve())
+    _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
     return 0
+
+
+def _profile(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.progress import Reporter
+    from compileiq_build.tune import TuneOptions, profile
+
+    options = TuneOptions(targets=args.targets, gpus=args.gpus, allow_shared_gpu=args.allow_shared_gpu)
+    print("\n".join(profile(args.build_dir, options, Reporter(), command)) or
+          "no source of the tuned targets holds the profiled kernels")
+    return 0
+
+
+def _demo(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.demo import demo
+    from compileiq_build.progress import Reporter
+
+    if args.workdir:
+        _confirm_fresh(args, (args.workdir / "build").resolve())
+    _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
+    return 0
+
+
+def _report(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.report import export, html, report, table
+
+    print(report(args.build_dir))
+    if args.table:
+        print(f"{table(args.build_dir, args.table, args.target)} configurations written to {args.table}")
+    if args.html:
+        print(f"HTML report written to {html(args.build_dir, args.html)}")
+    if args.csv or args.parquet:
+        rows = export(args.build_dir, args.csv, args.parquet)
+        for path in (args.csv, args.parquet):
+            if path:
+                print(f"{rows} measurements written to {path}")
+    return 0
+
+
+def _learn(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.learn import learn
+
+    done = learn(args.corpus, args.add, args.output)
+    print(f"prior written to {done.path}: {done.kernels} kernels of {len(done.projects)} projects, "
+          f"{done.rows} configurations, {done.seconds:.1f} s")
+    return 0
+
+
+def _emit(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.report import emit
+
+    path, decisions = emit(args.build_dir, args.output, args.merge)
+    _print_pending(decisions)
+    print(f"toolchain file: {path}")
+    return 0
+
+
+def _space(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.report import show_space
+
+    print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change,
+                     args.allow_host_specific, lambda text: print(text, file=sys.stderr, flush=True)))
+    return 0
+
+
+def _doctor(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.doctor import doctor
+
+    text, ok = doctor(args.build_dir)
+    print(text)
+    return 0 if ok else 1
+
+
+# Each verb's function: it imports its module when it runs, so that --help stays fast.
+_VERBS: dict[str, Callable[[argparse.Namespace, str], int]] = {
+    "tune": _tune, "profile": _profile, "demo": _demo, "report": _report, "learn": _learn,
+    "emit": _emit, "space": _space, "doctor": _doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
