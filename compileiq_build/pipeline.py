@@ -189,89 +189,16 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     """Every worker works until the proposals end; with `overlap` (GPU benchmarks) its slots
     compile while it measures.  The first worker runs in this thread, so that a second
     Ctrl-C reaches the benchmark it is running."""
-    space, strategy = proposals.space, proposals.strategy
-    name = evaluator.target.name
-
-    def compile_one(config: Config, worker: Worker, slot: int) -> Built:
-        built = evaluator.build(space.flags(config), worker, slot)
-        proposals.compiled(config, built.compiled.digest)
-        return built
-
-    def work(worker: Worker) -> None:
-        pending: deque[tuple[Proposal, Future[Built]]] = deque()
-        free = list(range(worker.slots))
-        with ThreadPoolExecutor(worker.slots, thread_name_prefix=f"compile-{worker.name}") as compiles:
-            while True:
-                if overlap or not pending:
-                    started = 0
-                    while free and (proposal := proposals.next(may_wait=not pending)) is not None:
-                        slot = free.pop(0)
-                        future = compiles.submit(compile_one, proposal.config, worker, slot)
-                        pending.append((proposal, future))
-                        started += 1
-                    if started > 1:
-                        where = f" for {worker.name}" if len(workers) > 1 else ""
-                        report.phase(f"{name}: compiling {started} candidates at once{where}")
-                if not pending:
-                    return
-                if not overlap:
-                    wait([future for _, future in pending])
-                proposal, future = pending.popleft()
-                config = proposal.config
-                try:
-                    if proposals.finished or proposals.halt():
-                        continue  # stopping: compiled but not measured, nothing is recorded
-                    built = future.result()
-                    if built.result.ok and (why := proposals.vet(proposal, Candidate(
-                            config, built.compiled.digest, evaluator.features(built.compiled)))):
-                        evaluator.record_compiled(config, space.flags(config), strategy.name, built.compiled,
-                                                  built.worker, why)
-                        report.note(f"{name}: {config_key(config)} ({proposal.phase}): {why}; not measured")
-                        free.append(built.compiled.slot)
-                        continue
-                    done, best = proposals.progress()
-                    report.evaluating(name, done, config_key(config), best)
-                    outcome = evaluator.evaluate(config, space.flags(config), strategy.name, "search", built,
-                                                 numerics=space.changes_numerics(config),
-                                                 proposed_by=proposal.phase, parent=proposal.parent,
-                                                 stop=proposals.out_of_time)
-                    if outcome.evaluation.status == INTERRUPTED:
-                        report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
-                                    "(the same command resumes the search and measures it again)")
-                    else:
-                        report.outcome(name, outcome, proposal.phase)
-                    free.append(built.compiled.slot)
-                finally:
-                    proposals.done(config)
-
-    def guarded(worker: Worker) -> None:
-        try:
-            work(worker)
-        except BaseException as exc:
-            proposals.abort(f"{worker.name} failed: {exc}")
-            raise
-
-    def ahead(worker: Worker) -> None:
-        """Compile what the strategy names next in the worker's scout tree, until the search ends."""
-        try:
-            while proposals.ahead_open():
-                if (config := proposals.next_ahead()) is None:
-                    proposals.wait(AHEAD_POLL_S)  # results change what it names
-                    continue
-                code = evaluator.scout(config, space.flags(config), strategy.name, worker)
-                proposals.compiled_ahead(config, code)
-        except Exception as exc:  # advisory: the search goes on without it
-            report.note(f"{name}: compiling ahead stopped: {exc}")
-
+    search = _Search(evaluator, workers, proposals, report, overlap)
     scout = next((w for w in workers if w.can_scout), None)
     scouting = None
     if overlap and scout is not None and proposals.ahead_limit:
-        scouting = threading.Thread(target=ahead, args=(scout,), name="compile-ahead", daemon=True)
+        scouting = threading.Thread(target=search.ahead, args=(scout,), name="compile-ahead", daemon=True)
         scouting.start()
     with ThreadPoolExecutor(max(1, len(workers) - 1), thread_name_prefix="worker") as others:
-        futures = [others.submit(guarded, w) for w in workers[1:]]
+        futures = [others.submit(search.guarded, w) for w in workers[1:]]
         try:
-            guarded(workers[0])
+            search.guarded(workers[0])
         finally:
             errors = [f.exception() for f in futures]
             proposals.close_ahead()  # the search is over: the compile ahead in progress is its last
@@ -280,3 +207,94 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     for error in errors:
         if error is not None:
             raise error
+
+
+class _Search:
+    """What each worker's thread does in `run_search`: compile proposals in its slots, measure
+    them one at a time; and, in a thread of its own, compile ahead."""
+
+    def __init__(self, evaluator: Evaluator, workers: Sequence[Worker], proposals: Proposals,
+                 report: Reporter, overlap: bool) -> None:
+        self.evaluator, self.workers, self.proposals = evaluator, workers, proposals
+        self.report, self.overlap = report, overlap
+        self.space, self.strategy = proposals.space, proposals.strategy
+        self.name = evaluator.target.name
+
+    def compile_one(self, config: Config, worker: Worker, slot: int) -> Built:
+        built = self.evaluator.build(self.space.flags(config), worker, slot)
+        self.proposals.compiled(config, built.compiled.digest)
+        return built
+
+    def guarded(self, worker: Worker) -> None:
+        try:
+            self.work(worker)
+        except BaseException as exc:
+            self.proposals.abort(f"{worker.name} failed: {exc}")
+            raise
+
+    def work(self, worker: Worker) -> None:
+        pending: deque[tuple[Proposal, Future[Built]]] = deque()
+        free = list(range(worker.slots))
+        with ThreadPoolExecutor(worker.slots, thread_name_prefix=f"compile-{worker.name}") as compiles:
+            while True:
+                if self.overlap or not pending:
+                    self._start_compiles(worker, compiles, pending, free)
+                if not pending:
+                    return
+                if not self.overlap:
+                    wait([future for _, future in pending])
+                proposal, future = pending.popleft()
+                try:
+                    if self.proposals.finished or self.proposals.halt():
+                        continue  # stopping: compiled but not measured, nothing is recorded
+                    free.append(self._measure(proposal, future.result()))
+                finally:
+                    self.proposals.done(proposal.config)
+
+    def _start_compiles(self, worker: Worker, compiles: ThreadPoolExecutor,
+                        pending: deque[tuple[Proposal, Future[Built]]], free: list[int]) -> None:
+        """A compile of the next proposal in each free slot of the worker."""
+        started = 0
+        while free and (proposal := self.proposals.next(may_wait=not pending)) is not None:
+            slot = free.pop(0)
+            future = compiles.submit(self.compile_one, proposal.config, worker, slot)
+            pending.append((proposal, future))
+            started += 1
+        if started > 1:
+            where = f" for {worker.name}" if len(self.workers) > 1 else ""
+            self.report.phase(f"{self.name}: compiling {started} candidates at once{where}")
+
+    def _measure(self, proposal: Proposal, built: Built) -> int:
+        """Measure a compiled proposal, unless the strategy turns it down now; returns its slot."""
+        evaluator, space, name, config = self.evaluator, self.space, self.name, proposal.config
+        if built.result.ok and (why := self.proposals.vet(proposal, Candidate(
+                config, built.compiled.digest, evaluator.features(built.compiled)))):
+            evaluator.record_compiled(config, space.flags(config), self.strategy.name, built.compiled,
+                                      built.worker, why)
+            self.report.note(f"{name}: {config_key(config)} ({proposal.phase}): {why}; not measured")
+            return built.compiled.slot
+        done, best = self.proposals.progress()
+        self.report.evaluating(name, done, config_key(config), best)
+        outcome = evaluator.evaluate(config, space.flags(config), self.strategy.name, "search", built,
+                                     numerics=space.changes_numerics(config),
+                                     proposed_by=proposal.phase, parent=proposal.parent,
+                                     stop=self.proposals.out_of_time)
+        if outcome.evaluation.status == INTERRUPTED:
+            self.report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
+                             "(the same command resumes the search and measures it again)")
+        else:
+            self.report.outcome(name, outcome, proposal.phase)
+        return built.compiled.slot
+
+    def ahead(self, worker: Worker) -> None:
+        """Compile what the strategy names next in the worker's scout tree, until the search ends."""
+        proposals = self.proposals
+        try:
+            while proposals.ahead_open():
+                if (config := proposals.next_ahead()) is None:
+                    proposals.wait(AHEAD_POLL_S)  # results change what it names
+                    continue
+                code = self.evaluator.scout(config, self.space.flags(config), self.strategy.name, worker)
+                proposals.compiled_ahead(config, code)
+        except Exception as exc:  # advisory: the search goes on without it
+            self.report.note(f"{self.name}: compiling ahead stopped: {exc}")
