@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compileiq_build.evaluate import Evaluator, Sampling
-from compileiq_build.progress import Reporter
+from compileiq_build.evaluate import Evaluator
+from compileiq_build.notes import Notes
+from compileiq_build.racing import Sampling
 from compileiq_build.selection import Outcome, holds_without, outcomes
 from compileiq_build.space import DEFAULT, FlagSpace, config_key
 
 
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,
-             halt: Callable[[], bool], report: Reporter) -> None:
+             halt: Callable[[], bool], report: Notes) -> None:
     """Minimizing steps from the validated measurement `check`, until no option can go or `halt`."""
     name, arch = evaluator.target.name, evaluator.arch_keys
     taken = {(o.evaluation.parent, o.evaluation.config_key): o

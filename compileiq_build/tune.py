@@ -24,7 +24,7 @@ from filelock import FileLock, Timeout
 from compileiq_build import environment, ray_workers
 from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError, Interrupted
-from compileiq_build.evaluate import Evaluator, Sampling
+from compileiq_build.evaluate import Evaluator
 from compileiq_build.gpu import compute_processes, shared_gpu_error
 from compileiq_build.minimize import minimize
 from compileiq_build.pipeline import Proposals, run_search
@@ -42,6 +42,7 @@ from compileiq_build.profile import (
 )
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
+from compileiq_build.racing import Sampling
 from compileiq_build.selection import (
     FINALISTS,
     NoWinner,
@@ -369,7 +370,7 @@ class Tuner:
         sources = kernel_sources(worker.baseline.path, units) if todo else {}
         for bench in todo:
             self.report.phase(f"{unit.cmake_target}: profiling {bench.workload} with ncu (one baseline run)")
-            timeout = 20 * evaluator.baseline_wall.get(bench.workload, 60.0) + 120
+            timeout = 20 * evaluator.baseline.wall.get(bench.workload, 60.0) + 120
             try:
                 times = profile_run(bench, worker.executable(BASELINE_SLOT, bench), timeout, worker.env)
             except ProfileError as exc:
@@ -570,7 +571,7 @@ class Tuner:
             evaluator.store.update_session(evaluator.session, "prior_used", {evaluator.target.name: used})
         strategy = make_strategy(self.options.strategy, self.options.seed, transfer, prior)
         proposals = Proposals(strategy, space, lambda: self._history(evaluator), self.options.budget, halt,
-                              evaluator.baseline_digest, self.options.max_candidates,
+                              evaluator.baseline.digest, self.options.max_candidates,
                               self.options.compile_ahead, out_of_time, evaluator.baseline_features)
         # CPU benchmarks are measured only once the compilers are done: they share the cores.
         run_search(evaluator, evaluator.workers, proposals, self.report,

@@ -103,18 +103,17 @@ def test_a_resumed_run_shows_the_best_of_earlier_runs():
 
 
 def test_one_warning_per_workload_for_gpu_slowdowns():
-    from compileiq_build.evaluate import Evaluator
     from compileiq_build.measure import Run, Sample
+    from compileiq_build.pairing import warn_slowdowns
 
     out = io.StringIO()
-    evaluator = Evaluator.__new__(Evaluator)
-    evaluator.report = Reporter(Console(file=out, force_terminal=False, width=200))
+    reporter = Reporter(Console(file=out, force_terminal=False, width=200))
     bench = type("B", (), {"workload": "gemm[--n 4096]"})()
     states = [{"clock_event_reasons": 0x4, "sm_clock_min_mhz": 1905},
               {"clock_event_reasons": 0x4 | 0x20, "sm_clock_min_mhz": 1755}]
     slowed = [Run([Sample("gemm[--n 4096]", 1.0, 1.0, 0.1, 0, "", g)]) for g in states]
-    evaluator._warn_slowdowns(bench, slowed, 10)
-    evaluator._warn_slowdowns(bench, [], 10)
+    warn_slowdowns(reporter, bench, slowed, 10)
+    warn_slowdowns(reporter, bench, [], 10)
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 1
     assert ("GPU slowdown during 2 of 10 runs of gemm[--n 4096]: software power cap, software thermal "

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from conftest import cxx_evaluator, write_finalists
 
-from compileiq_build.evaluate import (
+from compileiq_build.progress import describe
+from compileiq_build.racing import (
     INDIFFERENT_PAIRS,
     RACE_PAIRS,
     Race,
@@ -16,7 +17,6 @@ from compileiq_build.evaluate import (
     raced_out,
     sampling_done,
 )
-from compileiq_build.progress import describe
 from compileiq_build.stats import ratio_estimate
 
 NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)

@@ -1,0 +1,189 @@
+"""When measuring a candidate stops: the stopping rule of paired runs and the racing rules.
+
+From `min_pairs` on, a workload stops once its interval has decided (entirely below or above
+1) or is narrower than `precision`, and at the latest after `max_pairs` or `time_cap`.  Two
+rules stop a search candidate sooner, each against the noise of a paired log ratio pooled over
+the target's earlier search evaluations (`Race`, made by `race_for`):
+
+- racing (`raced_out`; minimizing steps too): from `RACE_PAIRS` pairs on, a candidate that can
+  no longer be a winner (a minimizing step: can no longer serve as well as the configuration
+  it reduces), and its remaining benchmarks are not run;
+- the indifference zone (`indifferent`): from `INDIFFERENT_PAIRS` pairs on, a candidate that
+  cannot beat the best so far by `precision`, the resolution the user asked for.
+
+Pure functions of the costs so far, apart from `race_for`, which reads the store.  What the
+rules cost and save, measured on recorded H200 pairs: benchmarks/results/measurement/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from compileiq_build.selection import FINALISTS, finalists, outcomes
+from compileiq_build.stats import geometric_mean, ratio_estimate
+from compileiq_build.store import MEASURED, Store
+
+# A candidate this much slower on its first pairs is not measured further.
+HOPELESS_RATIO = 1.5
+HOPELESS_PAIRS = 2
+
+# Racing: see the module docstring.
+RACE_PAIRS = 2
+RACE_FLOOR = 0.005
+RACE_SIGMAS = 3.0
+RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
+NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
+# Indifference zone: see the module docstring.
+INDIFFERENT_PAIRS = 3
+INDIFFERENT_Z = 2.0
+MEDIAN_SD = 1.2533  # sd of a normal sample's median, in units of sd / sqrt(n): sqrt(pi / 2)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    min_pairs: int = 5
+    max_pairs: int = 20
+    precision: float = 0.005  # stop when the interval is narrower than this fraction of the ratio
+    time_cap: float = 300.0  # seconds per workload and evaluation
+
+    def scaled(self, factor: int) -> Sampling:
+        return Sampling(self.min_pairs * factor, self.max_pairs * factor, self.precision,
+                        self.time_cap * factor)
+
+
+Costs = Mapping[str, tuple[list[float], list[float]]]
+
+
+@dataclass(frozen=True)
+class Race:
+    """What a search candidate races against (module docstring)."""
+
+    reference: float | None  # the FINALISTS-th best ratio faster than the baseline; None: fewer
+    noise: Mapping[str, float]  # workload entry -> standard deviation of its log paired ratio
+    settled: Mapping[str, float] = field(default_factory=dict)  # earlier benchmarks' final low ends
+    last: bool = True  # measuring the evaluation's last benchmark: rule (b) bounds every workload
+    against: str = "the finalists reach"  # what the reference is, for the reason
+    incumbent: float | None = None  # the best search ratio so far (at most 1); None: no indifference
+    precision: float = 0.005  # the indifference zone's width, relative
+    others: Costs = field(default_factory=dict)  # the pairs of the evaluation's other benchmarks
+
+    def margin(self, workload: str) -> float | None:
+        sigma = self.noise.get(workload)
+        return None if sigma is None else max(RACE_FLOOR, RACE_SIGMAS * sigma)
+
+
+def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
+    """Why the candidate can no longer be a winner, or "" while it still can.
+
+    A workload's margin is max(`RACE_FLOOR`, `RACE_SIGMAS` x its pooled sigma); a workload with
+    fewer than `RACE_NOISE_MIN` successive differences is never raced.  Out when
+
+    (a) a workload's interval lies above 1 + margin: it can never be faster on every workload,
+        which a winner needs; or
+    (b) the geometric mean of its intervals' low ends (earlier benchmarks' final low ends
+        included, so only while measuring the last one) lies above reference x (1 + mean
+        margin).  The reference is the ratio of the `FINALISTS`-th best candidate faster than
+        the baseline so far (`decide` validates that many, and the second best wins when the
+        best fails validation); for a minimizing step, that of the configuration it reduces.
+
+    With 2 pairs the low end is the smaller ratio: a candidate truly as good as the reference
+    is raced out with probability P(z > 3)^2 = 2e-6 under normal noise."""
+    if race is None or pairs < RACE_PAIRS:
+        return ""
+    lows = dict(race.settled)
+    for workload, (cand, base) in costs.items():
+        lows[workload] = ratio_estimate(cand, base).low
+        margin = race.margin(workload)
+        if margin is not None and lows[workload] > 1 + margin:
+            return (f"raced out after {pairs} pairs: {workload} at least {lows[workload] - 1:.1%} "
+                    "slower than the baseline")
+    margins = [race.margin(w) for w in lows]
+    if race.reference is None or not race.last or None in margins:
+        return ""
+    bound = geometric_mean(list(lows.values()))
+    mean_margin = sum(m for m in margins if m is not None) / len(margins)
+    if bound > race.reference * (1 + mean_margin):
+        return (f"raced out after {pairs} pairs: at best {1 / bound:.3f}x, {race.against} "
+                f"{1 / race.reference:.3f}x")
+    return ""
+
+
+def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
+    """Why the candidate cannot beat the incumbent by the race's precision, or "" while it
+    still can; needs every workload's noise.
+
+    The incumbent is the best search candidate found faster, else the baseline.  The bound is
+    the geometric mean over workloads (the evaluation's other benchmarks' pairs included) of
+    exp(median log ratio - `INDIFFERENT_Z` x `MEDIAN_SD` x sigma / sqrt(pairs)), 2.3% one sided
+    per look; the candidate stops when it lies above incumbent x (1 - precision).  One whose
+    interval says faster still gets `min_pairs` first (`sampling_done`)."""
+    if race is None or race.incumbent is None or pairs < INDIFFERENT_PAIRS:
+        return ""
+    bounds = []
+    for workload, (cand, base) in {**race.others, **costs}.items():
+        sigma = race.noise.get(workload)
+        if sigma is None or not cand:
+            return ""
+        logs = [math.log(c / b) for c, b in zip(cand, base, strict=False)]
+        bounds.append(statistics.median(logs) - INDIFFERENT_Z * MEDIAN_SD * sigma / math.sqrt(len(logs)))
+    bound = math.exp(sum(bounds) / len(bounds))
+    if bound <= race.incumbent * (1 - race.precision):
+        return ""
+    best = "the baseline" if race.incumbent >= 1 else f"the best so far, {1 / race.incumbent:.3f}x"
+    return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {race.precision:.1%} "
+            f"better than {best}")
+
+
+def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
+                  race: Race | None = None) -> bool:
+    """The stopping rule: costs maps each workload entry to (candidate, baseline) costs, paired."""
+    ratios = [[c / b for c, b in zip(*pair, strict=True)] for pair in costs.values()]
+    if pairs >= HOPELESS_PAIRS and any(min(r) > HOPELESS_RATIO for r in ratios):
+        return True
+    if raced_out(costs, pairs, race):
+        return True
+    if indifferent(costs, pairs, race) and (pairs >= sampling.min_pairs or not any(
+            ratio_estimate(c, b).faster for c, b in costs.values())):
+        return True  # one that looks faster still gets the pairs that a "faster" call needs
+    if elapsed > sampling.time_cap:
+        return True
+    if pairs < sampling.min_pairs:
+        return False
+    for cand, base in costs.values():
+        est = ratio_estimate(cand, base)
+        if not (est.faster or est.slower or est.high - est.low < sampling.precision * est.ratio):
+            return False
+    return True
+
+
+
+def race_for(store: Store, target: str, arch_keys: dict[str, str], evaluation: int, precision: float,
+             reference: float | None = None, against: str = "the finalists reach") -> Race:
+    """Each workload's noise, from the target's earlier search evaluations (tens of rows:
+    cheap enough at the start of every evaluation), and the reference: `reference`, else the
+    FINALISTS-th best ratio of the search so far, and then the incumbent (the best ratio
+    faster than the baseline, else 1) for the indifference zone."""
+    incumbent = None
+    if reference is None:
+        measured = [o for o in outcomes(store, target, arch_keys, "search") if o.evaluation.id != evaluation]
+        best = finalists(measured, FINALISTS)
+        reference = best[-1].ratio if len(best) == FINALISTS else None
+        incumbent = min(1.0, best[0].ratio or 1.0) if best else 1.0
+    steps: dict[str, list[float]] = {}
+    for row in store.evaluations(target, arch_keys, "search"):
+        if row.status != MEASURED or row.same_as is not None:
+            continue
+        paired: dict[str, dict[int, dict[str, float]]] = {}
+        for workload, role, rep, cost, error in store.samples(row.id):
+            if cost and not error:
+                paired.setdefault(workload, {}).setdefault(rep, {})[role] = cost
+        for workload, reps in paired.items():
+            logs = [math.log(p["candidate"] / p["baseline"]) for _, p in sorted(reps.items())
+                    if len(p) == 2]
+            steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
+    noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
+    return Race(reference, noise, against=against, incumbent=incumbent, precision=precision)
