@@ -243,7 +243,7 @@ def _gpu_list(text: str) -> tuple[int, ...]:
 
 
 def _tune_options(args: argparse.Namespace):
-    from compileiq_build.tune import TuneOptions
+    from compileiq_build.options import TuneOptions
 
     return TuneOptions(
         budget=args.budget, max_candidates=args.max_candidates, time_limit=args.time_limit,
@@ -313,8 +313,9 @@ def _tune(args: argparse.Namespace, command: str) -> int:
 
 
 def _profile(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.options import TuneOptions
     from compileiq_build.progress import Reporter
-    from compileiq_build.tune import TuneOptions, profile
+    from compileiq_build.tune import profile
 
     options = TuneOptions(targets=args.targets, gpus=args.gpus, allow_shared_gpu=args.allow_shared_gpu)
     print("\n".join(profile(args.build_dir, options, Reporter(), command)) or

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from compileiq_build.evaluate import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.racing import Sampling
-from compileiq_build.selection import Outcome, holds_without, outcomes
+from compileiq_build.selection import Outcome, Winner, decide, holds_without, outcomes
 from compileiq_build.space import DEFAULT, FlagSpace, config_key
+from compileiq_build.store import Store
 
 
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,
@@ -61,3 +62,15 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
         if found is None:
             return
         current = found
+
+
+def minimize_winner(evaluator: Evaluator, store: Store, space: FlagSpace, winner: Winner,
+                    sampling: Sampling, halt: Callable[[], bool], report: Notes) -> Winner:
+    """The validated winner less the options it can do without, as time allows."""
+    name, arch = evaluator.target.name, evaluator.arch_keys
+    check = next(o for o in reversed(outcomes(store, name, arch, "validate"))
+                 if o.evaluation.config_key == winner.validated and o.faster)
+    minimize(evaluator, space, check, sampling, halt, report)
+    decision = decide(store, name, arch)
+    assert isinstance(decision, Winner)  # minimizing adds no search or validation result
+    return decision

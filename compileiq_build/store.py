@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from filelock import FileLock, Timeout
+
 from compileiq_build.errors import CompileIQError
 from compileiq_build.measure import Sample
 from compileiq_build.profile import KernelTime
-from compileiq_build.workspace import STORE
+from compileiq_build.workspace import STORE, Workspace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -320,6 +322,29 @@ class Store:
 
 def open_store(build_dir: Path) -> Store:
     return Store(build_dir / STORE)
+
+
+@contextmanager
+def exclusive_store(build_dir: Path, fresh: bool = False) -> Iterator[Store]:
+    """The build folder's store, this process alone on it (`fresh`: emptied first)."""
+    workspace = Workspace(build_dir)
+    lock = FileLock(str(workspace.lock))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise CompileIQError(f"another `tune` is running on {build_dir}; wait for it, "
+                             "or stop it first.") from None
+    try:
+        if fresh:
+            for suffix in ("", "-wal", "-shm"):
+                workspace.store.with_name(workspace.store.name + suffix).unlink(missing_ok=True)
+        store = open_store(build_dir)
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        lock.release()
 
 
 def read_store(path: Path) -> Store:

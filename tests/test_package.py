@@ -83,3 +83,21 @@ def test_no_docstring_is_over_25_lines():
                     name = getattr(node, "name", "<module>")
                     offenders.append(f"{path.relative_to(package.parent)}:{name}: {lines} lines")
     assert not offenders, "docstrings over 25 lines:\n" + "\n".join(offenders)
+
+
+def test_no_class_over_200_or_function_over_60_lines():
+    """A newcomer reads a class or a function whole: the larger ones are split into stages."""
+    package = Path(__file__).resolve().parents[1] / "compileiq_build"
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                limit = 200
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                limit = 60
+            else:
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > limit:
+                offenders.append(f"{path.relative_to(package.parent)}:{node.name}: {lines} lines")
+    assert not offenders, "over the limit (classes 200 lines, functions 60):\n" + "\n".join(offenders)

@@ -88,9 +88,9 @@ def test_random_never_repeats_and_is_reproducible():
 def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
     from types import SimpleNamespace
 
+    from compileiq_build.history import transfer
     from compileiq_build.measure import Sample
     from compileiq_build.store import MEASURED, open_store
-    from compileiq_build.tune import Tuner
 
     store = open_store(tmp_path)
     session = store.start_session("test", {})
@@ -105,7 +105,7 @@ def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
             store.add_sample(e, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
         store.finish_evaluation(e, MEASURED)
     evaluator = SimpleNamespace(store=store, target=SimpleNamespace(name="stencil"), arch_keys=cuda)
-    prior = Tuner._transfer(evaluator)
+    prior = transfer(evaluator)
     assert sorted((config_key(t.config), t.ratio, t.faster) for t in prior) == [
         ("CUDA:rul=1", 1.2, False), ("CUDA:rul=3", 0.9, True)]  # not its own, not another arch's
     store.close()

@@ -15,12 +15,14 @@ import pytest
 from conftest import cxx_evaluator
 from rich.console import Console
 
+from compileiq_build.history import history, trials
+from compileiq_build.options import TuneOptions
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.selection import NoWinner
 from compileiq_build.space import Dimension, FlagSpace
 from compileiq_build.strategies import Exhaustive
-from compileiq_build.tune import TuneOptions, Tuner
+from compileiq_build.tune import Tuner
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
 
@@ -28,9 +30,9 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
 def _searched(cxx_project, configure, report=None):
     """The fixture with -O2 measured in the search, and a Tuner over its build folder."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], report)
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=lambda: "")
+    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=1, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=False)
-    [outcome] = Tuner._trials(evaluator)
+    [outcome] = trials(evaluator)
     assert outcome.faster  # -O2 against the project's -O0
     tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=3600), evaluator.report)
     return evaluator, store, tuner
@@ -90,12 +92,12 @@ def test_a_measurement_the_time_limit_reaches_is_stopped_and_not_counted(cxx_pro
         rows = store.evaluations("saxpy", phase="search")
         return "time limit reached" if rows and store.samples(rows[0].id) else ""
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=1, halt=halt,
+    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=1, halt=halt,
                           out_of_time=halt)
     run_search(evaluator, evaluator.workers, proposals, evaluator.report, overlap=False)
     [row] = store.evaluations("saxpy", phase="search")
     assert row.status == "interrupted" and row.reason == "measuring stopped: time limit reached"
     assert {rep for _, _, rep, _, _ in store.samples(row.id)} == {0}  # the pair in progress, kept
-    assert Tuner._trials(evaluator) == []  # not counted: a later run measures it again
+    assert trials(evaluator) == []  # not counted: a later run measures it again
     assert "CXX:O=2: measuring stopped: time limit reached; not counted" in out.getvalue()
     store.close()

@@ -19,15 +19,19 @@ from conftest import cxx_evaluator
 from compileiq_build.build import BuildTree
 from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError
+from compileiq_build.history import history, trials
+from compileiq_build.options import TuneOptions
 from compileiq_build.pipeline import Proposals, run_search
 from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
+from compileiq_build.search_step import target_space
 from compileiq_build.space import DEFAULT, Dimension, FlagSpace, config_key
 from compileiq_build.store import COMPILED, SCOUT
 from compileiq_build.strategies import Candidate, Context, Exhaustive, Proposal, RandomSearch, Stop, Trial
 from compileiq_build.strategies.model import ModelGuided, screening_moves
-from compileiq_build.tune import TuneOptions, Tuner
+from compileiq_build.worker_setup import measuring_gpus
 from compileiq_build.workers import LocalWorker
+from compileiq_build.workspace import Workspace
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
                    Dimension("CXX", "funroll", ("on",), "-funroll-loops")))
@@ -37,7 +41,7 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
 def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 1])
     strategy = Exhaustive()
-    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
     rows = store.evaluations("saxpy", phase="search")
     keys = [r.config_key for r in rows]
@@ -54,7 +58,7 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
         pairs = 0 if r.same_as is not None else 2
         assert roles.count("candidate") == roles.count("baseline") == pairs
     # What the model-guided search reads as the measured noise: each measured interval's half-width.
-    spreads = {config_key(t.config): t.spread for t in Tuner._trials(evaluator)}
+    spreads = {config_key(t.config): t.spread for t in trials(evaluator)}
     for r in measured:
         assert 0 <= spreads[r.config_key] < 1
     store.close()
@@ -62,7 +66,7 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
 
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 2])
-    proposals = Proposals(RandomSearch(3), SPACE, lambda: Tuner._history(evaluator), budget=3,
+    proposals = Proposals(RandomSearch(3), SPACE, lambda: history(evaluator), budget=3,
                           halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 3
@@ -88,7 +92,7 @@ def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
     def halt() -> str:  # stop once the first candidate was measured
         return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: Tuner._history(evaluator), budget=100, halt=halt)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=100, halt=halt)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 1
     assert proposals.finished == "stopped by Ctrl-C"
@@ -99,22 +103,18 @@ def _gpu(index: int, cc: str) -> Gpu:
     return Gpu(index, "GPU", f"GPU-{index}", "580", cc, "", "", "", "")
 
 
-def test_gpu_selection(cxx_project, configure, monkeypatch):
-    configure(cxx_project, cxx_project / "build")
-    tuner = Tuner(cxx_project / "build", TuneOptions(), Reporter(quiet=True))
-    tuner.gpus = [_gpu(0, "9.0"), _gpu(1, "9.0"), _gpu(2, "8.0")]
+def test_gpu_selection(monkeypatch):
+    gpus, notes = [_gpu(0, "9.0"), _gpu(1, "9.0"), _gpu(2, "8.0")], Reporter(quiet=True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert [g.index for g in tuner._measuring_gpus()] == [0, 1]  # the first one's architecture
+    assert [g.index for g in measuring_gpus(gpus, (), notes)] == [0, 1]  # the first one's architecture
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,GPU-2")
-    assert [g.index for g in tuner._measuring_gpus()] == [1]
+    assert [g.index for g in measuring_gpus(gpus, (), notes)] == [1]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     with pytest.raises(CompileIQError, match="CUDA_VISIBLE_DEVICES=7 leaves none"):
-        tuner._measuring_gpus()
-    tuner.options.gpus = (2, 0)
-    assert [g.index for g in tuner._measuring_gpus()] == [2]
-    tuner.options.gpus = (5,)
+        measuring_gpus(gpus, (), notes)
+    assert [g.index for g in measuring_gpus(gpus, (2, 0), notes)] == [2]
     with pytest.raises(CompileIQError, match="--gpus names 5; this machine has GPUs 0, 1, 2"):
-        tuner._measuring_gpus()
+        measuring_gpus(gpus, (5,), notes)
 
 
 def test_gpus_option_is_checked(tmp_path):
@@ -138,8 +138,9 @@ def test_tune_on_a_local_ray_cluster(cxx_project, configure):
     assert proc.returncode == 0, proc.stderr[-3000:]
     db = sqlite3.connect(build / "compileiq" / "results.sqlite")
     rows = db.execute("SELECT config_key, status, worker FROM evaluations WHERE phase='search'").fetchall()
-    values = next(d.values for d in Tuner(build, TuneOptions(), Reporter(quiet=True))._space(
-        load_project(build).target("saxpy"), load_project(build), "").dimensions if d.name == "O")
+    space = target_space(load_project(build).target("saxpy"), load_project(build), "", TuneOptions(),
+                         Workspace(build).probe, Reporter(quiet=True))
+    values = next(d.values for d in space.dimensions if d.name == "O")
     assert sorted(k for k, _, _ in rows) == sorted(config_key({"CXX:O": v}) for v in values)
     assert {s for _, s, _ in rows} == {"measured"}
     (worker,) = {w for _, _, w in rows}
@@ -165,7 +166,7 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     them, never measured from that tree, and never more than compile_ahead x budget."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
     strategy = ModelGuided()
-    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=3, halt=lambda: "",
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=3, halt=lambda: "",
                           compile_ahead=2)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     ahead = store.evaluations("saxpy", phase=SCOUT)
@@ -173,7 +174,7 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     assert all(r.status == COMPILED and r.digest and not store.samples(r.id) for r in ahead)
     keys = [r.config_key for r in ahead]
     assert len(set(keys)) == len(keys)  # each named once (what it names: the test below)
-    _, known = Tuner._history(evaluator)
+    _, known = history(evaluator)
     assert {r.config_key for r in ahead} <= {config_key(SPACE.full_config(c.config)) for c in known}
     # A configuration compiled ahead and measured later has one code in both trees.
     measured = {r.config_key: r.digest for r in store.evaluations("saxpy", phase="search") if r.digest}
@@ -223,7 +224,7 @@ def test_a_proposal_its_strategy_turns_down_once_compiled_is_stored_and_not_meas
     (phase scout, the reason with it), runs no benchmark, and counts against the candidate bound:
     of the 7 candidates, in order, the bound of 6 leaves the last (-O3 -funroll-loops) out."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
-    proposals = Proposals(_Choosy(), SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "",
+    proposals = Proposals(_Choosy(), SPACE, lambda: history(evaluator), budget=100, halt=lambda: "",
                           max_candidates=6)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     searched = store.evaluations("saxpy", phase="search")
@@ -233,7 +234,7 @@ def test_a_proposal_its_strategy_turns_down_once_compiled_is_stored_and_not_meas
                and r.reason == "a test turns -O1 down" and not store.samples(r.id) for r in down)
     assert len(searched) == 4 and all(r.config["CXX:O"] != "1" for r in searched)
     assert proposals.finished == "6 candidates compiled"
-    _, known = Tuner._history(evaluator)
+    _, known = history(evaluator)
     assert {r.config_key for r in down} <= {config_key(SPACE.full_config(c.config)) for c in known}
     store.close()
 
@@ -262,12 +263,12 @@ def test_the_configuration_a_proposal_refines_is_stored_and_read_back(cxx_projec
         return propose(context)
 
     strategy.propose = watched
-    proposals = Proposals(strategy, SPACE, lambda: Tuner._history(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100, halt=lambda: "")
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     rows = store.evaluations("saxpy", phase="search")
     assert len(rows) == SPACE.size - 1
     assert rows[0].parent == "" and [r.parent for r in rows[1:]] == [r.config_key for r in rows[:-1]]
-    trials, _ = Tuner._history(evaluator)
+    trials, _ = history(evaluator)
     assert [t.parent for t in trials] == [r.parent for r in rows]
     parents = dict(zip((r.config_key for r in rows), (r.parent for r in rows), strict=True))
     assert any(p for _, p in seen) and all(parents[k] == p for k, p in seen)

@@ -1,0 +1,116 @@
+"""The search step of one target: its flag space, its strategy (with the prior), the search.
+
+`target_space` builds the space the compilers accept and narrows it to --dimensions;
+`search_target` starts the strategy (warm-started from other targets' searches, steered by the
+prior when it knows the space) and runs the search loop (pipeline.py) until the budget, the
+strategy, the time or Ctrl-C ends it; `predicted` is what the prior said of the winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from compileiq_build.errors import CompileIQError
+from compileiq_build.evaluate import Evaluator
+from compileiq_build.history import history, transfer
+from compileiq_build.notes import Notes
+from compileiq_build.options import TuneOptions
+from compileiq_build.pipeline import Proposals, run_search
+from compileiq_build.prior import Prior, for_space
+from compileiq_build.progress import Reporter
+from compileiq_build.project import Project, Target
+from compileiq_build.selection import Winner, outcomes, verdict_counts
+from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space, config_key
+from compileiq_build.strategies import make_strategy
+
+
+def target_space(target: Target, tree_project: Project, arch: str, options: TuneOptions, probe: Path,
+                 notes: Notes) -> FlagSpace:
+    """The options the compilers accept for the target, narrowed to --dimensions."""
+    compilers = {lang: (c.path, c.version) for lang, c in tree_project.compilers.items()}
+    extra = {"CUDA": [f"-arch=sm_{arch}"] if arch else []}
+    space = build_space(target.languages, compilers, Prober(probe, extra), options.allow_numerics_change,
+                        options.max_stage, options.allow_host_specific)
+    if options.dimensions:
+        space = _only(space, options.dimensions, target)
+    for r in space.rejected:
+        notes.note(f"dropped {r.flag}: {r.reason}")
+    if space.excluded_host_specific:
+        notes.note(f"{target.name}: left out {', '.join(space.excluded_host_specific)}: "
+                   "binaries would run only on CPUs like this one (--allow-host-specific "
+                   "tries them)")
+    return space
+
+
+def _only(space: FlagSpace, names: Sequence[str], target: Target) -> FlagSpace:
+    """The space of the dimensions --dimensions names, each known to it."""
+    known = {d.name for d in space.dimensions} | {d.key for d in space.dimensions}
+    unknown = [n for n in names if n not in known]
+    left_out = {n for k in space.excluded_host_specific for n in (k, k.split(":", 1)[1])}
+    host = [n for n in unknown if n in left_out]
+    if host:
+        raise CompileIQError(f"--dimensions names {', '.join(host)}, whose flags make binaries "
+                             "that run only on CPUs like this one; add --allow-host-specific "
+                             "to tune it.")
+    if unknown:
+        raise CompileIQError(f"--dimensions names {', '.join(unknown)}, not in the space of "
+                             f"{target.name}: {', '.join(sorted(d.name for d in space.dimensions))}")
+    return FlagSpace(tuple(d for d in space.dimensions if d.name in names or d.key in names),
+                     space.rejected, space.excluded_numerics, space.excluded_host_specific)
+
+
+def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
+                  load_prior: Callable[[], Prior | None], halt: Callable[[], str],
+                  out_of_time: Callable[[], str], report: Reporter) -> Proposals:
+    """Run the target's search; `halt` says why to stop proposing, `out_of_time` why to stop
+    even a measurement in progress.  Returns the proposals, which say how the search ended."""
+    name = evaluator.target.name
+    warm = transfer(evaluator)
+    model = options.strategy == "model"
+    if warm and model:
+        report.note(f"{name}: the search starts from {len(warm)} evaluations of other targets in the store")
+    prior = load_prior() if model and for_space(space) and evaluator.baseline_features else None
+    if model:
+        used = prior.label if prior else (
+            "none: it knows CUDA options only" if not for_space(space) else
+            "off (--no-prior)" if not options.prior else
+            "none: the baseline's machine code has no features" if not evaluator.baseline_features else
+            "none: it could not be loaded (see the warning)")
+        report.note(f"{name}: prior {used}")
+        evaluator.store.update_session(evaluator.session, "prior_used", {name: used})
+    strategy = make_strategy(options.strategy, options.seed, warm, prior)
+    proposals = Proposals(strategy, space, lambda: history(evaluator), options.budget, halt,
+                          evaluator.baseline.digest, options.max_candidates,
+                          options.compile_ahead, out_of_time, evaluator.baseline_features)
+    # CPU benchmarks are measured only once the compilers are done: they share the cores.
+    run_search(evaluator, evaluator.workers, proposals, report, overlap="CUDA" in evaluator.target.languages)
+    return proposals
+
+
+def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> None:
+    """How the search ended, what it measured, what it compiled ahead."""
+    name = evaluator.target.name
+    notes.note(f"{name}: {proposals.finished}")
+    searched = outcomes(evaluator.store, name, evaluator.arch_keys, "search")
+    notes.note(f"{name}: {len(searched)} candidates measured ({verdict_counts(searched)})")
+    if ahead := proposals.ahead:
+        codes = [c for c in ahead.values() if c]
+        notes.note(f"{name}: {len(ahead)} configurations compiled ahead, "
+                   f"{len(set(codes))} distinct machine codes "
+                   f"({len(ahead) - len(codes)} did not build)")
+
+
+def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
+              decision: Winner) -> dict[str, object]:
+    """What the prior predicted of the winner, option by option (pred_contrib), for the report."""
+    _, known = history(evaluator)
+    ours = [c for c in known if config_key(space.full_config(c.config)) == decision.config_key]
+    if prior is None or not ours or not evaluator.baseline_features:
+        return {}
+    config = space.full_config(ours[0].config)
+    features = next((c.features for c in ours if c.features), None)
+    contributions = prior.contributions(config, features, evaluator.baseline_features)
+    chosen = {d.name for d in space.dimensions if config[d.key] != DEFAULT}
+    return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
+            "contributions": {k: v for k, v in contributions.items() if k in chosen or k == "code"}}
