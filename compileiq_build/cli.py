@@ -5,55 +5,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import Field, fields
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from compileiq_build import __version__, cmake_dir
 from compileiq_build.errors import CompileIQError
-from compileiq_build.strategies import STRATEGIES
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number, 0 or more."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
-    return int(text)
-
-
-def _fraction(text: str) -> float:
-    """A relative width between 0 and 1 (0.005 = 0.5%)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number like 0.005") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must lie between 0 and 1 (0.005 = 0.5%)")
-    return value
-
-
-def _duration(text: str) -> float:
-    """Seconds, or a number with s/m/h: 90, 90s, 30m, 2h."""
-    scale = {"s": 1, "m": 60, "h": 3600}
-    unit = text[-1:].lower()
-    number = text[:-1] if unit in scale else text
-    try:
-        value = float(number) * scale.get(unit, 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m or 2h") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+from compileiq_build.options import DEMO_DEFAULTS, GROUPS, TuneOptions
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,12 +43,10 @@ def _profile_parser(verbs: _Verbs) -> None:
     pr = verbs.add_parser("profile", help="where the benchmarks' GPU time goes (ncu), and the "
                           "groups of sources that suggests")
     pr.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
-    pr.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
-                    help="only these CUDA targets or groups")
-    pr.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
-                    help="profile on the first of these GPUs")
-    pr.add_argument("--allow-shared-gpu", action="store_true",
-                    help="profile although another process holds the GPU")
+    options = _option_fields("targets", "gpus", "allow_shared_gpu")
+    _option_argument(pr, options["targets"], help="only these CUDA targets or groups")
+    _option_argument(pr, options["gpus"], help="profile on the first of these GPUs")
+    _option_argument(pr, options["allow_shared_gpu"], help="profile although another process holds the GPU")
 
 
 def _report_parser(verbs: _Verbs) -> None:
@@ -145,116 +102,48 @@ def _demo_parser(verbs: _Verbs) -> None:
     d.add_argument("--workdir", type=Path,
                    help="folder for the copy of sample_project and its builds (default: a new "
                    "temporary folder)")
-    # Six candidates are few for the model's phases; staged's single changes found gemm's gain.
-    _tune_arguments(d, budget=6, strategy="staged")
+    _tune_arguments(d, DEMO_DEFAULTS)
 
 
-def _tune_arguments(p: argparse.ArgumentParser, budget: int = 20, strategy: str = "model") -> None:
-    """tune's and demo's options, grouped in the order --help lists them: the search, where it
-    builds and measures, how it measures, and what the search starts from."""
-    _search_arguments(p, budget, strategy)
-    _where_arguments(p)
-    _measuring_arguments(p)
-    _start_arguments(p)
-
-
-def _search_arguments(p: argparse.ArgumentParser, budget: int, strategy: str) -> None:
-    p.add_argument("--budget", type=_positive_int, default=budget,
-                   help=f"evaluations per target: distinct machine codes measured; a candidate whose "
-                   f"code was measured before costs a compile only (default {budget})")
-    p.add_argument("--max-candidates", type=_positive_int, metavar="N",
-                   help="candidates compiled per target, at most (default 10 times the budget)")
-    p.add_argument("--time-limit", type=_duration,
-                   help="end the run within this long (90s, 30m, 2h): the search stops early enough "
-                        "to validate its best candidate")
-    p.add_argument("--strategy", choices=STRATEGIES, default=strategy,
-                   help=f"search strategy (default {strategy}; model: one-option moves, their combination, "
-                   "then a model of the measurements; survey: every one-option move, then a uniform "
-                   "sample, to map a space)")
-    p.add_argument("--targets", nargs="+", default=[], metavar="TARGET",
-                   help="tune only these targets or groups (<target>:<group>; a target names all its groups)")
-    p.add_argument("--dimensions", nargs="+", default=[], metavar="NAME",
-                   help="search only these dimensions of the space (names as `space` prints them)")
-    p.add_argument("--output", type=Path, help="toolchain file to write (default: "
-                   "compileiq-toolchain.cmake in the project's source folder)")
-
-
-def _where_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=_positive_int,
-                   help="candidates compiled at once, each in its own build tree, while the benchmarks "
-                   "of others run; shared among the GPUs (default: a quarter of the cores, at most 8)")
-    p.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
-                   help="GPUs to measure on, one worker each, as nvidia-smi numbers them: 0,1 "
-                   "(default: every GPU of the first one's kind that CUDA_VISIBLE_DEVICES allows)")
-    p.add_argument("--ray", metavar="ADDRESS",
-                   help="build and measure on the nodes of this Ray cluster, one worker per GPU "
-                   "('local' starts one here; needs compileiq-build[ray] on every node, and the "
-                   "project at the same path on each); --jobs is then per worker (default 2)")
-    p.add_argument("--build-timeout", type=_duration, help="stop a candidate's build after this long "
-                   "(default: 20 times the baseline build, at least 5 minutes)")
-
-
-def _measuring_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeats", type=_positive_int, default=5,
-                   help="paired candidate/baseline runs per workload, at least (default 5)")
-    p.add_argument("--max-repeats", type=_positive_int, default=20,
-                   help="... and at most, while the comparison is undecided (default 20)")
-    p.add_argument("--precision", type=_fraction, default=0.005,
-                   help="stop pairing once the 95%% interval of the ratio is narrower than this, "
-                   "or once the candidate cannot beat the best so far by this much (default "
-                   "0.005 = 0.5%%)")
-    p.add_argument("--allow-numerics-change", action="store_true",
-                   help="also try options that change floating-point results (fast math, ...)")
-    p.add_argument("--allow-host-specific", action="store_true",
-                   help="also try options tied to this machine's CPU (-march=native): the binaries "
-                   "then run only on CPUs like this one, and the toolchain file says so")
-    p.add_argument("--compile-ahead", type=_count, default=5, metavar="N",
-                   help="CUDA targets: while the GPU measures, compile up to N configurations per "
-                   "evaluation of the budget ahead, for their machine code and features (default 5; "
-                   "0: off)")
-    p.add_argument("--no-profile", dest="profile", action="store_false",
-                   help="do not profile the benchmarks' baseline with ncu before searching CUDA targets")
-    p.add_argument("--allow-shared-gpu", action="store_true",
-                   help="measure although another process holds the GPU (the report says so)")
-
-
-def _start_arguments(p: argparse.ArgumentParser) -> None:
-    prior = p.add_mutually_exclusive_group()
-    prior.add_argument("--no-prior", dest="prior", action="store_false", default=True,
-                       help="start the model-guided search without the prior learned across kernels")
-    prior.add_argument("--prior", dest="prior_path", type=Path, metavar="PATH",
-                       help="the prior's model file (default: BUILD_DIR/compileiq/prior.txt if "
-                       "`learn --add` wrote one, else the one shipped)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the strategies that draw at random (model, random, survey)")
-    resume = p.add_mutually_exclusive_group()
-    resume.add_argument("--resume", dest="fresh", action="store_false", default=False,
-                        help="continue from the stored results (default)")
-    resume.add_argument("--fresh", dest="fresh", action="store_true",
-                        help="discard the stored results of this build folder and start over")
+def _tune_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
+    """tune's and demo's options, one per field of TuneOptions with a flag, group by group
+    (`defaults`: the demo's own, by field name)."""
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for group in GROUPS:
+        for f in fields(TuneOptions):
+            if f.metadata.get("group") == group:
+                _option_argument(p, f, defaults, exclusive)
     p.add_argument("--yes", action="store_true", help="do not ask before --fresh discards results")
 
 
-def _gpu_list(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
-        raise argparse.ArgumentTypeError(f"expected GPU numbers separated by commas (0,1), got {text!r}")
-    return tuple(int(p) for p in parts)
+def _option_argument(p: argparse.ArgumentParser, f: Field[Any], defaults: Mapping[str, object] | None = None,
+                     exclusive: dict[str, argparse._MutuallyExclusiveGroup] | None = None,
+                     help: str | None = None) -> None:
+    """The flag of a field of TuneOptions, as its metadata (options.Option) describes it, with
+    the field's default unless `defaults` names another."""
+    meta: Mapping[str, Any] = f.metadata
+    default = (defaults or {}).get(f.name, f.default)
+    target: argparse._ActionsContainer = p
+    if "exclusive" in meta and exclusive is not None:
+        if meta["exclusive"] not in exclusive:
+            exclusive[meta["exclusive"]] = p.add_mutually_exclusive_group()
+        target = exclusive[meta["exclusive"]]
+    if "negation" in meta:
+        flag, text = meta["negation"]
+        target.add_argument(flag, dest=f.name, action="store_const", const=default, default=default,
+                            help=text)
+    kwargs = {key: meta[key] for key in ("type", "metavar", "nargs", "choices") if key in meta}
+    if isinstance(default, bool):
+        kwargs["action"] = "store_false" if default else "store_true"
+    target.add_argument(meta["flag"], dest=f.name, default=default, help=help or meta["help"], **kwargs)
 
 
-def _tune_options(args: argparse.Namespace):
-    from compileiq_build.options import TuneOptions
+def _option_fields(*names: str) -> dict[str, Field[Any]]:
+    return {f.name: f for f in fields(TuneOptions) if f.name in names}
 
-    return TuneOptions(
-        budget=args.budget, max_candidates=args.max_candidates, time_limit=args.time_limit,
-        strategy=args.strategy,
-        targets=args.targets, output=args.output.resolve() if args.output else None,
-        jobs=args.jobs, gpus=args.gpus, ray=args.ray, build_timeout=args.build_timeout, repeats=args.repeats,
-        max_repeats=args.max_repeats, precision=args.precision, dimensions=args.dimensions,
-        allow_numerics_change=args.allow_numerics_change, allow_host_specific=args.allow_host_specific,
-        allow_shared_gpu=args.allow_shared_gpu, profile=args.profile, compile_ahead=args.compile_ahead,
-        fresh=args.fresh, seed=args.seed, prior=args.prior,
-        prior_path=args.prior_path.resolve() if args.prior_path else None)
+
+def _tune_options(args: argparse.Namespace) -> TuneOptions:
+    return TuneOptions(**{f.name: getattr(args, f.name) for f in fields(TuneOptions) if "flag" in f.metadata})
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
@@ -313,7 +202,6 @@ def _tune(args: argparse.Namespace, command: str) -> int:
 
 
 def _profile(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.options import TuneOptions
     from compileiq_build.progress import Reporter
     from compileiq_build.tune import profile
 

@@ -1,46 +1,205 @@
 """What `tune` (and `profile`, `demo`) is asked to do: the command line's options, as one dataclass.
 
 Every stage that needs an option takes it from here, so the stages need not import tune.py.
+As in scikit-build-core's settings, each field is the one place of its option: its default,
+and in its metadata (`Option`) its flag, the validator that parses the flag's text, its help and
+its group of --help.  cli.py builds the tune and demo parsers from `dataclasses.fields`, group
+by group in the order of GROUPS.  Cheap to import (no numpy): the CLI imports it for --help.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from compileiq_build.racing import Sampling
+from compileiq_build.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    from compileiq_build.racing import Sampling
+
+# --help lists the options in these groups, in this order: the search, where it builds and
+# measures, how it measures, and what the search starts from.
+GROUPS = ("search", "where", "measuring", "start")
+
+# The demo's own defaults.  Six candidates are few for the model's phases; staged's single
+# changes found gemm's gain.
+DEMO_DEFAULTS: dict[str, Any] = {"budget": 6, "strategy": "staged"}
+
+
+class Option(TypedDict, total=False):
+    """A field's command line (a field without a flag has none).  A bool field is a switch that
+    sets the other value; `help` is argparse's (%(default)s: the default, %% a percent sign)."""
+
+    flag: str
+    group: str  # one of GROUPS
+    help: str
+    type: Callable[[str], Any]  # parses and validates the flag's text
+    metavar: str
+    nargs: str
+    choices: Sequence[str]
+    exclusive: str  # the flags of fields naming the same word here exclude each other
+    negation: tuple[str, str]  # a flag, and its help, listed first, that sets the default back
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
+def fraction(text: str) -> float:
+    """A relative width between 0 and 1 (0.005 = 0.5%)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number like 0.005") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie between 0 and 1 (0.005 = 0.5%)")
+    return value
+
+
+def duration(text: str) -> float:
+    """Seconds, or a number with s/m/h: 90, 90s, 30m, 2h."""
+    scale = {"s": 1, "m": 60, "h": 3600}
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in scale else text
+    try:
+        value = float(number) * scale.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m or 2h") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"expected GPU numbers separated by commas (0,1), got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def resolved_path(text: str) -> Path:
+    """A path, made absolute against the folder the command runs in."""
+    return Path(text).resolve()
 
 
 @dataclass
 class TuneOptions:
-    budget: int = 20  # evaluations (distinct machine codes measured) per target
-    max_candidates: int | None = None  # candidates compiled per target, at most; default 10x the budget
-    time_limit: float | None = None  # seconds for the whole run: the search leaves time to validate
-    strategy: str = "model"
-    targets: Sequence[str] = ()
-    output: Path | None = None
-    jobs: int | None = None  # candidates compiled at once (each in its own build tree), all GPUs together
-    gpus: Sequence[int] = ()  # indices of the GPUs to measure on; default all of the first one's kind
-    ray: str | None = None  # a Ray cluster's address ("local": start one): workers on its nodes
-    build_timeout: float | None = None  # seconds per candidate build; default 20x the baseline's
-    repeats: int = 5  # paired runs per workload and candidate, at least
-    max_repeats: int = 20  # ... and at most
-    precision: float = 0.005  # stop pairing once the interval is this narrow (relative)
-    measure_time_cap: float = 300.0  # seconds per workload and candidate
-    allow_numerics_change: bool = False
-    allow_host_specific: bool = False  # options like -march=native: binaries then need a CPU like this one
-    allow_shared_gpu: bool = False  # measure although another process holds the GPU
-    profile: bool = True  # profile each CUDA benchmark's baseline once with ncu (profile.py)
-    compile_ahead: int = 5  # CUDA: configurations compiled ahead per evaluation of the budget (pipeline.py)
-    max_stage: int = 3
-    dimensions: Sequence[str] = ()  # only these dimensions (names as `space` prints them)
-    fresh: bool = False
-    seed: int = 0
-    prior: bool = True  # the model learned across kernels (prior.py) steers the model-guided search
-    prior_path: Path | None = None  # its file; default <build>/compileiq/prior.txt, else the shipped one
+    # The search.
+    budget: int = field(default=20, metadata=Option(
+        flag="--budget", group="search", type=positive_int,
+        help="evaluations per target: distinct machine codes measured; a candidate whose code was "
+        "measured before costs a compile only (default %(default)s)"))
+    max_candidates: int | None = field(default=None, metadata=Option(
+        flag="--max-candidates", group="search", type=positive_int, metavar="N",
+        help="candidates compiled per target, at most (default 10 times the budget)"))
+    time_limit: float | None = field(default=None, metadata=Option(
+        flag="--time-limit", group="search", type=duration,
+        help="end the run within this long (90s, 30m, 2h): the search stops early enough to "
+        "validate its best candidate"))
+    strategy: str = field(default="model", metadata=Option(
+        flag="--strategy", group="search", choices=STRATEGIES,
+        help="search strategy (default %(default)s; model: one-option moves, their combination, then "
+        "a model of the measurements; survey: every one-option move, then a uniform sample, to map "
+        "a space)"))
+    targets: Sequence[str] = field(default=(), metadata=Option(
+        flag="--targets", group="search", nargs="+", metavar="TARGET",
+        help="tune only these targets or groups (<target>:<group>; a target names all its groups)"))
+    dimensions: Sequence[str] = field(default=(), metadata=Option(
+        flag="--dimensions", group="search", nargs="+", metavar="NAME",
+        help="search only these dimensions of the space (names as `space` prints them)"))
+    output: Path | None = field(default=None, metadata=Option(
+        flag="--output", group="search", type=resolved_path,
+        help="toolchain file to write (default: compileiq-toolchain.cmake in the project's source "
+        "folder)"))
+    max_stage: int = 3  # the space's options up to this stage (space.py); no flag
+    # Where it builds and measures.
+    jobs: int | None = field(default=None, metadata=Option(
+        flag="--jobs", group="where", type=positive_int,
+        help="candidates compiled at once, each in its own build tree, while the benchmarks of "
+        "others run; shared among the GPUs (default: a quarter of the cores, at most 8)"))
+    gpus: Sequence[int] = field(default=(), metadata=Option(
+        flag="--gpus", group="where", type=gpu_list, metavar="LIST",
+        help="GPUs to measure on, one worker each, as nvidia-smi numbers them: 0,1 (default: every "
+        "GPU of the first one's kind that CUDA_VISIBLE_DEVICES allows)"))
+    ray: str | None = field(default=None, metadata=Option(
+        flag="--ray", group="where", metavar="ADDRESS",
+        help="build and measure on the nodes of this Ray cluster, one worker per GPU ('local' starts "
+        "one here; needs compileiq-build[ray] on every node, and the project at the same path on "
+        "each); --jobs is then per worker (default 2)"))
+    build_timeout: float | None = field(default=None, metadata=Option(
+        flag="--build-timeout", group="where", type=duration,
+        help="stop a candidate's build after this long (default: 20 times the baseline build, at "
+        "least 5 minutes)"))
+    # How it measures.
+    repeats: int = field(default=5, metadata=Option(
+        flag="--repeats", group="measuring", type=positive_int,
+        help="paired candidate/baseline runs per workload, at least (default %(default)s)"))
+    max_repeats: int = field(default=20, metadata=Option(
+        flag="--max-repeats", group="measuring", type=positive_int,
+        help="... and at most, while the comparison is undecided (default %(default)s)"))
+    precision: float = field(default=0.005, metadata=Option(
+        flag="--precision", group="measuring", type=fraction,
+        help="stop pairing once the 95%% interval of the ratio is narrower than this, or once the "
+        "candidate cannot beat the best so far by this much (relative: 0.01 = 1%%; default "
+        "%(default)s)"))
+    measure_time_cap: float = 300.0  # seconds per workload and candidate; no flag
+    allow_numerics_change: bool = field(default=False, metadata=Option(
+        flag="--allow-numerics-change", group="measuring",
+        help="also try options that change floating-point results (fast math, ...)"))
+    allow_host_specific: bool = field(default=False, metadata=Option(
+        flag="--allow-host-specific", group="measuring",
+        help="also try options tied to this machine's CPU (-march=native): the binaries then run "
+        "only on CPUs like this one, and the toolchain file says so"))
+    compile_ahead: int = field(default=5, metadata=Option(
+        flag="--compile-ahead", group="measuring", type=count, metavar="N",
+        help="CUDA targets: while the GPU measures, compile up to N configurations per evaluation of "
+        "the budget ahead, for their machine code and features (default %(default)s; 0: off)"))
+    profile: bool = field(default=True, metadata=Option(
+        flag="--no-profile", group="measuring",
+        help="do not profile the benchmarks' baseline with ncu before searching CUDA targets"))
+    allow_shared_gpu: bool = field(default=False, metadata=Option(
+        flag="--allow-shared-gpu", group="measuring",
+        help="measure although another process holds the GPU (the report says so)"))
+    # What the search starts from.
+    prior: bool = field(default=True, metadata=Option(
+        flag="--no-prior", group="start", exclusive="prior",
+        help="start the model-guided search without the prior learned across kernels"))
+    prior_path: Path | None = field(default=None, metadata=Option(
+        flag="--prior", group="start", exclusive="prior", type=resolved_path, metavar="PATH",
+        help="the prior's model file (default: BUILD_DIR/compileiq/prior.txt if `learn --add` wrote "
+        "one, else the one shipped)"))
+    seed: int = field(default=0, metadata=Option(
+        flag="--seed", group="start", type=int,
+        help="seed of the strategies' random draws (default %(default)s): the configurations random "
+        "proposes, survey's sample after its one-option moves, and the sample the model ranks in a "
+        "large space (a small one it ranks whole); staged and exhaustive draw nothing, and the order "
+        "of paired runs does not depend on it"))
+    fresh: bool = field(default=False, metadata=Option(
+        flag="--fresh", group="start", exclusive="fresh",
+        help="discard the stored results of this build folder and start over",
+        negation=("--resume", "continue the search stored in this build folder, as tune does "
+                  "without the flag: what was measured is not measured again and counts against "
+                  "--budget; an evaluation cut short is measured afresh")))
 
     def sampling(self) -> Sampling:
         """How the search pairs runs (validation and minimizing: twice as many)."""
+        from compileiq_build.racing import Sampling  # numpy: not for the CLI's --help
+
         return Sampling(self.repeats, max(self.repeats, self.max_repeats), self.precision,
                         self.measure_time_cap)
