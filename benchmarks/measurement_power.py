@@ -14,7 +14,7 @@ candidate wins only if both call it faster.  From the A/A pool it also finds the
 smallest slowdown that the default settings detect with 95% power (the A/A
 ratios scaled by a known factor).
 
-The search stage races (`evaluate.raced_out`) as `tune` does, with the noise that
+The search stage races (`racing.raced_out`) as `tune` does, with the noise that
 the store's history would give (the pool's successive differences of log ratios).
 Racing is measured per kind of candidate, the A/A ratios scaled: identical, 1%
 faster, 0.88x and 1.5x slower, each with no reference (fewer than 3 candidates faster
@@ -39,10 +39,10 @@ from itertools import pairwise
 from pathlib import Path
 
 from compileiq_build import cmake_dir, environment
-from compileiq_build.evaluate import NORMAL_STEP, Race, Sampling, raced_out, sampling_done
 from compileiq_build.gpu import GpuMonitor, slowdowns
 from compileiq_build.measure import run_workload
 from compileiq_build.project import load_manifest
+from compileiq_build.racing import NORMAL_STEP, Race, Sampling, raced_out, sampling_done
 from compileiq_build.stats import ratio_estimate
 
 ROOT = Path(__file__).resolve().parent.parent

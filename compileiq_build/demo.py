@@ -15,7 +15,7 @@ from compileiq_build.progress import Reporter
 from compileiq_build.project import load_project
 from compileiq_build.tune import TuneResult, tune
 
-CONFIGURE_TIMEOUT_S = 600  # CMake's CUDA checks take seconds; a hang must not take the session
+CONFIGURE_TIMEOUT_S = 600  # CMake's CUDA checks take seconds; a hang must not take the whole demo
 
 
 def sample_project_dir() -> Path:

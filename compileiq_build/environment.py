@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 _GPU_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap")
-# State read with every session; names differ between drivers, so each is optional.
+# State read with every run; names differ between drivers, so each is optional.
 _STATE_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "clocks_event_reasons.active")
 
 
@@ -76,7 +76,7 @@ def cpu_model() -> str:
 
 
 def describe(gpus: list[Gpu]) -> dict[str, object]:
-    """A JSON-ready record of the machine, stored with every tuning session."""
+    """A JSON-ready record of the machine, stored with every tuning run."""
     return {
         "host": platform.node(),
         "machine": platform.machine(),

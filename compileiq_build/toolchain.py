@@ -38,7 +38,7 @@ def _machine(env: Mapping[str, Any]) -> tuple[str, str]:
 
 def provenance(envs: Sequence[Mapping[str, Any]], fallback: Mapping[str, Compiler], strategy: str,
                date: str) -> Provenance:
-    """From stored session records (environment.describe plus the compilers), one per machine.
+    """From the runs' stored records (environment.describe plus the compilers), one per machine.
 
     The first record's compilers are the ones the module compares a build's compilers with.
     """

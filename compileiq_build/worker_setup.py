@@ -86,7 +86,7 @@ def measuring_gpus(gpus: Sequence[Gpu], chosen: Sequence[int], notes: Notes) -> 
 
 def check_gpus_free(gpus: Sequence[Gpu], allow_shared: bool, notes: Notes) -> list[dict[str, object]]:
     """Stop when another process holds a GPU that would measure; --allow-shared-gpu goes on,
-    and returns the processes, which the session records for the report."""
+    and returns the processes, which the run's record in the store keeps for the report."""
     procs = compute_processes([g.index for g in gpus])
     if procs and not allow_shared:
         raise CompileIQError(shared_gpu_error(procs))
