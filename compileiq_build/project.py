@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -9,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compileiq_build import cmake_dir
 from compileiq_build.errors import CompileIQError
 from compileiq_build.workspace import MANIFEST
 
-SCHEMA = 1
 FORMATS = ("auto", "nvbench", "gbench", "csv", "regex", "time")
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
@@ -134,33 +135,84 @@ class Project:
         return named or [b for b in self.benchmarks if cmake in b.targets]
 
 
-def _str(d: dict[str, Any], key: str, where: str) -> str:
-    value = d.get(key, "")
-    if not isinstance(value, str):
-        raise CompileIQError(f"{where}: '{key}' should be a string, got {value!r}")
-    return value
+# The manifest's fields, per section, are those of cmake/manifest_fields.json, by which
+# CompileIQ.cmake writes them: each with its JSON type, whether the reader requires it, and
+# where CMake takes it from.
+FIELD_TABLE = "manifest_fields.json"
+FIELD_KEYS = ("name", "type", "required", "written", "cmake", "origin", "description")
+TYPES = {"string": "a string", "strings": "a list of strings", "bool": "true or false",
+         "int": "an integer", "map": "a JSON object", "list": "a list"}
 
 
-def _strs(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = d.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CompileIQError(f"{where}: '{key}' should be a list of strings, got {value!r}")
-    return tuple(value)
+@functools.cache
+def field_table() -> dict[str, Any]:
+    """The field table that ships with the CMake module, checked for the keys this reader uses."""
+    try:
+        path = cmake_dir() / FIELD_TABLE
+        table = json.loads(path.read_text(encoding="utf-8"))
+        bad = [f.get("name") for section in table["sections"].values() for f in section["fields"]
+               if any(k not in f for k in FIELD_KEYS) or f["type"] not in TYPES]
+        if bad or not isinstance(table["schema"], int):
+            raise ValueError(f"fields {bad} lack one of {FIELD_KEYS} or have an unknown type")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CompileIQError(
+            f"cannot read the manifest's field table {FIELD_TABLE} next to CompileIQ.cmake: {exc}. "
+            "Reinstall compileiq-build (python -m pip install --force-reinstall compileiq-build)."
+        ) from None
+    return table
 
 
-def _number(d: dict[str, Any], key: str, where: str) -> float | None:
-    text = _str(d, key, where)
+def manifest_schema() -> int:
+    """The manifest schema this reader (and the CMake module beside it) knows."""
+    schema: int = field_table()["schema"]
+    return schema
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "strings":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, dict if kind == "map" else list)
+
+
+def _empty(kind: str) -> Any:
+    """The value of an optional field the manifest lacks (an int: None)."""
+    return {"string": "", "strings": (), "bool": False, "int": None, "map": {}, "list": []}[kind]
+
+
+def _fields(raw: Any, section: str, where: str) -> dict[str, Any]:
+    """The fields of one entry of `section`, by the field table: each of its type (lists of
+    strings as tuples), an optional one missing its empty value; unknown keys are ignored."""
+    d = _obj(raw, where)
+    out: dict[str, Any] = {}
+    for f in field_table()["sections"][section]["fields"]:
+        name, kind = f["name"], f["type"]
+        if name not in d:
+            if f["required"]:
+                raise CompileIQError(
+                    f"{where} has no '{name}' ({f['description']}); CompileIQ.cmake always writes it, "
+                    "so the manifest was edited or written by something else. Re-run the CMake configure "
+                    "step of the build folder.")
+            out[name] = _empty(kind)
+            continue
+        value = d[name]
+        if not _is(value, kind):
+            shown = type(value).__name__ if kind in ("map", "list") else repr(value)[:80]
+            raise CompileIQError(f"{where}: '{name}' should be {TYPES[kind]}, got {shown}")
+        out[name] = tuple(value) if kind == "strings" else value
+    return out
+
+
+def _number(text: str, key: str, where: str) -> float | None:
     try:
         return float(text) if text else None
     except ValueError:
         raise CompileIQError(f"{where}: {key} {text!r} is not a number") from None
-
-
-def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = d.get(key, [])
-    if not isinstance(value, list):
-        raise CompileIQError(f"{where}: '{key}' should be a list, got {type(value).__name__}")
-    return value
 
 
 def _obj(d: Any, where: str) -> dict[str, Any]:
@@ -182,114 +234,101 @@ def load_manifest(path: Path) -> Project:
 
 def parse_manifest(raw: Any, where: str = "manifest") -> Project:
     m = _obj(raw, where)
-    schema = m.get("schema")
-    if schema != SCHEMA:
+    schema, known = m.get("schema"), manifest_schema()
+    if schema != known or isinstance(schema, bool):
         raise CompileIQError(
-            f"{where} has manifest schema {schema!r}, this compileiq_build reads schema {SCHEMA}. "
+            f"{where} has manifest schema {schema!r}, this compileiq_build reads schema {known}. "
             "Re-configure the build folder with the CompileIQ module of this version "
             "(-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir))."
         )
-    compilers = _compilers(m, where)
-    targets = tuple(_target(t, f"{where}: targets[{i}]") for i, t in enumerate(_list(m, "targets", where)))
-    benchmarks = tuple(_benchmark(b, i, f"{where}: benchmarks[{i}]")
-                       for i, b in enumerate(_list(m, "benchmarks", where)))
-    source_dir = Path(_str(m, "source_dir", where))
+    f = _fields(m, "manifest", where)
+    compilers = {lang: _compiler(lang, c, f"{where}: compilers.{lang}") for lang, c in f["compilers"].items()}
+    targets = tuple(_target(t, f"{where}: targets[{i}]") for i, t in enumerate(f["targets"]))
+    benchmarks = tuple(_benchmark(b, i, f"{where}: benchmarks[{i}]") for i, b in enumerate(f["benchmarks"]))
+    source_dir = Path(f["source_dir"])
     return Project(
         # Manifests written before project_name was recorded: the source folder's name.
-        name=_str(m, "project_name", where) or source_dir.name,
+        name=f["project_name"] or source_dir.name,
         source_dir=source_dir,
-        binary_dir=Path(_str(m, "binary_dir", where)),
-        generator=_str(m, "generator", where),
-        build_type=_str(m, "build_type", where),
-        cmake_command=_str(m, "cmake_command", where),
-        make_program=_str(m, "make_program", where),
-        host_key=_str(m, "host_key", where),
+        binary_dir=Path(f["binary_dir"]),
+        generator=f["generator"],
+        build_type=f["build_type"],
+        cmake_command=f["cmake_command"],
+        make_program=f["make_program"],
+        host_key=f["host_key"],
         compilers=compilers,
         targets=targets,
         benchmarks=benchmarks,
-        candidate_flags=bool(m.get("candidate_flags", False)),
-        tuning_arch=_str(m, "tuning_arch", where),
+        candidate_flags=f["candidate_flags"],
+        tuning_arch=f["tuning_arch"],
     )
 
 
-def _compilers(m: dict[str, Any], where: str) -> dict[str, Compiler]:
-    compilers = {}
-    for lang, c in _obj(m.get("compilers", {}), f"{where}: compilers").items():
-        c = _obj(c, f"{where}: compilers.{lang}")
-        compilers[lang] = Compiler(
-            language=lang,
-            id=_str(c, "id", where),
-            version=_str(c, "version", where),
-            path=_str(c, "path", where),
-            flags=_str(c, "flags", where),
-            config_flags=_str(c, "config_flags", where),
-        )
-    return compilers
+def _compiler(lang: str, raw: Any, cw: str) -> Compiler:
+    c = _fields(raw, "compilers", cw)
+    return Compiler(language=lang, id=c["id"], version=c["version"], path=c["path"], flags=c["flags"],
+                    config_flags=c["config_flags"])
 
 
 def _target(raw: Any, tw: str) -> Target:
     """One entry of the manifest's targets, its per-language fields gathered per field."""
-    t = _obj(raw, tw)
-    per_lang = _obj(t.get("per_language", {}), tw)
+    t = _fields(raw, "targets", tw)
+    if not t["name"]:
+        raise CompileIQError(f"{tw}: a target without a name")
     arch_keys, files, applied, counts = {}, {}, {}, {}
     project_archs: tuple[str, ...] = ()
-    for lang, info in per_lang.items():
-        info = _obj(info, f"{tw}.{lang}")
-        arch_keys[lang] = _str(info, "arch_key", tw)
-        if info.get("candidate_file"):
-            files[lang] = Path(_str(info, "candidate_file", tw))
-        if isinstance(info.get("sources"), int):
-            counts[lang] = info["sources"]
-        applied[lang] = _strs(info, "applied_flags", tw)
+    for lang, info in t["per_language"].items():
+        li = _fields(info, "per_language", f"{tw}.per_language.{lang}")
+        arch_keys[lang] = li["arch_key"]
+        if li["candidate_file"]:
+            files[lang] = Path(li["candidate_file"])
+        if li["sources"] is not None:
+            counts[lang] = li["sources"]
+        applied[lang] = li["applied_flags"]
         if lang == "CUDA":
-            project_archs = _strs(info, "project_architectures", tw)
-    name = _str(t, "name", tw)
-    if not name:
-        raise CompileIQError(f"{tw}: a target without a name")
+            project_archs = li["project_architectures"]
     return Target(
-        name=name,
-        id=_str(t, "id", tw) or name,
-        type=_str(t, "type", tw),
-        languages=_strs(t, "languages", tw),
+        name=t["name"],
+        id=t["id"] or t["name"],
+        type=t["type"],
+        languages=t["languages"],
         arch_keys=arch_keys,
         project_architectures=project_archs,
         candidate_files=files,
         source_counts=counts,
         applied_flags=applied,
-        cmake_target=_str(t, "target", tw),
-        group=_str(t, "group", tw),
-        sources=_strs(t, "sources", tw),
+        cmake_target=t["target"],
+        group=t["group"],
+        sources=t["sources"],
     )
 
 
 def _benchmark(raw: Any, i: int, bw: str) -> Benchmark:
-    b = _obj(raw, bw)
-    fmt = _str(b, "format", bw) or "auto"
+    b = _fields(raw, "benchmarks", bw)
+    fmt = b["format"] or "auto"
     if fmt not in FORMATS:
         raise CompileIQError(f"{bw}: unknown format {fmt!r}")
-    unit = _str(b, "unit", bw) or "s"  # rates (HIGHER_IS_BETTER) have no unit
+    unit = b["unit"] or "s"  # rates (HIGHER_IS_BETTER) have no unit
     if unit not in UNIT_SECONDS:
         raise CompileIQError(f"{bw}: unknown unit {unit!r}")
-    timeout = _number(b, "timeout", bw)
-    tolerance = _number(b, "tolerance", bw)
     return Benchmark(
-        name=_str(b, "name", bw),
+        name=b["name"],
         index=i,
-        executable=_str(b, "executable", bw),
-        executable_target=_str(b, "executable_target", bw),
-        args=_strs(b, "args", bw),
-        targets=_strs(b, "targets", bw),
+        executable=b["executable"],
+        executable_target=b["executable_target"],
+        args=b["args"],
+        targets=b["targets"],
         format=fmt,
-        regex=_str(b, "regex", bw),
-        column=_str(b, "column", bw),
+        regex=b["regex"],
+        column=b["column"],
         unit=unit,
-        higher_is_better=bool(b.get("higher_is_better", False)),
-        workdir=_str(b, "workdir", bw),
-        timeout=timeout,
-        labels=_strs(b, "labels", bw),
-        checksum=_str(b, "checksum", bw),
-        output_file=_str(b, "output_file", bw),
-        tolerance=tolerance,
+        higher_is_better=b["higher_is_better"],
+        workdir=b["workdir"],
+        timeout=_number(b["timeout"], "timeout", bw),
+        labels=b["labels"],
+        checksum=b["checksum"],
+        output_file=b["output_file"],
+        tolerance=_number(b["tolerance"], "tolerance", bw),
     )
 
 

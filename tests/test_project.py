@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import c_identifier, parse_manifest
+from compileiq_build.project import c_identifier, field_table, parse_manifest
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -61,3 +62,43 @@ def test_project_name_with_a_fallback_for_older_manifests():
     assert parse_manifest(raw).name == "src"  # written before project_name: the source folder's name
     raw["project_name"] = "sgemm_demo"
     assert parse_manifest(raw).name == "sgemm_demo"
+
+
+def _entry(raw: dict, section: str) -> dict:
+    """The first entry of `section` in a manifest."""
+    return {"manifest": lambda: raw, "compilers": lambda: raw["compilers"]["CXX"],
+            "targets": lambda: raw["targets"][0], "benchmarks": lambda: raw["benchmarks"][0],
+            "per_language": lambda: raw["targets"][0]["per_language"]["CXX"]}[section]()
+
+
+def test_a_missing_required_field_is_named_with_what_to_do():
+    required = [(s, f["name"]) for s, sec in field_table()["sections"].items()
+                for f in sec["fields"] if f["required"] and f["name"] != "schema"]
+    assert len(required) >= 10
+    for section, name in required:
+        raw = json.loads(json.dumps(VALID))
+        del _entry(raw, section)[name]
+        with pytest.raises(CompileIQError) as exc:
+            parse_manifest(raw, "build/compileiq/manifest.json")
+        message = str(exc.value)
+        assert f"has no '{name}'" in message and "Re-run the CMake configure step" in message, message
+        assert message.startswith("build/compileiq/manifest.json"), message
+
+
+def test_a_field_of_the_wrong_type_is_named():
+    raw = json.loads(json.dumps(VALID))
+    raw["benchmarks"][0]["args"] = "--n 4"
+    with pytest.raises(CompileIQError, match=r"benchmarks\[0\]: 'args' should be a list of strings"):
+        parse_manifest(raw)
+    raw = json.loads(json.dumps(VALID))
+    raw["candidate_flags"] = "yes"
+    with pytest.raises(CompileIQError, match="'candidate_flags' should be true or false"):
+        parse_manifest(raw)
+
+
+def test_optional_fields_default_to_empty_values():
+    p = parse_manifest(json.loads(json.dumps(VALID)))
+    (bench,) = p.benchmarks
+    assert (bench.regex, bench.labels, bench.higher_is_better, bench.tolerance) == ("", (), False, None)
+    assert p.targets[0].source_counts == {} and p.targets[0].cmake_target == "lib"
+    assert p.compilers["CXX"].config_flags == "" and p.candidate_flags is False
