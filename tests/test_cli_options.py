@@ -70,14 +70,6 @@ def test_out_of_range_values_exit_2_with_the_reason(args, text, capsys):
     assert text in capsys.readouterr().err
 
 
-def test_negative_values_from_the_shell_exit_2_without_a_traceback(tmp_path):
-    for args in (["--precision", "-0.5"], ["--compile-ahead", "-3"]):
-        proc = subprocess.run([sys.executable, "-m", "compileiq_build", "tune", str(tmp_path), *args],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        assert proc.returncode == 2, proc.stderr
-        assert "error: argument" in proc.stderr and "Traceback" not in proc.stderr
-
-
 def test_resume_is_the_default_made_explicit():
     assert _parsed("tune", "b", "--resume").fresh is False is _parsed("tune", "b").fresh
     assert _parsed("tune", "b", "--fresh").fresh is True
