@@ -118,14 +118,22 @@ class Prior:
 
     def contributions(self, config: Mapping[str, str], features: Mapping[str, float] | None,
                       base: Mapping[str, float]) -> dict[str, float]:
-        """Each option's share of the predicted log ratio against the project's flags (LightGBM's
-        pred_contrib of the configuration less that of the baseline), the code's features' shares
-        summed as `code`: a prediction, not a measurement."""
-        x = np.array([encode(config, features, base), encode({}, base, base)], dtype=float)
+        """Each option the configuration sets: its share of the predicted log ratio against the
+        project's flags (LightGBM's pred_contrib of the configuration less that of the baseline,
+        the baseline's code known only where the configuration's is).  The code features' shares
+        are summed as `code`, and those of options left as they were (interactions only) as
+        `other options`: a prediction, not a measurement."""
+        names = {key.split(":", 1)[-1]: value for key, value in config.items()}
+        rows = [encode(config, features, base), encode({}, base if features else None, base)]
+        x = np.array(rows, dtype=float)
         contrib = np.asarray(self.booster.predict(x, pred_contrib=True))
         out: dict[str, float] = {}
         for name, value in zip(FEATURES, contrib[0, :-1] - contrib[1, :-1], strict=True):
-            key = name.removeprefix("opt_") if name.startswith("opt_") else "code"
+            option = name.removeprefix("opt_")
+            if not name.startswith("opt_"):
+                key = "code"
+            else:
+                key = option if names.get(option, DEFAULT) != DEFAULT else "other options"
             out[key] = out.get(key, 0.0) + float(value)
         return out
 

@@ -21,7 +21,7 @@ from compileiq_build.prior import Prior, for_space
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Project, Target
 from compileiq_build.selection import Winner, outcomes, verdict_counts
-from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space, config_key
+from compileiq_build.space import FlagSpace, Prober, build_space, config_key
 from compileiq_build.strategies import make_strategy
 
 
@@ -111,6 +111,5 @@ def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
     config = space.full_config(ours[0].config)
     features = next((c.features for c in ours if c.features), None)
     contributions = prior.contributions(config, features, evaluator.baseline_features)
-    chosen = {d.name for d in space.dimensions if config[d.key] != DEFAULT}
     return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
-            "contributions": {k: v for k, v in contributions.items() if k in chosen or k == "code"}}
+            "contributions": contributions}
