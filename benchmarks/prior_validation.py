@@ -14,6 +14,10 @@ evaluations (median and quartiles).
 
     python -m benchmarks.prior_validation benchmarks/corpus/tables --json out.json --plot out.png
         [--budgets 5 10 20] [--seeds 3] [--peers optuna-tpe smac ...] [--jobs 2]
+
+Random search and the peers do not depend on this package's strategy: `--no-ours` runs only
+them, and `--others-from FILE` reads theirs from such a run (the same tables, budgets and seeds)
+instead of running them again, so that a change to the strategy is measured in minutes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from compileiq_build.prior import Prior, fit, read_table
 from compileiq_build.strategies import RandomSearch
 from compileiq_build.strategies.model import ModelGuided
 
+OURS = ("model+prior", "model")
+
 
 def fraction(table: Table, measured: Sequence[float]) -> float:
     base = table.times[table.baseline]
@@ -44,10 +50,10 @@ def trace(table: Table, measured: Sequence[float], budget: int) -> list[float]:
     return [fraction(table, measured[:k]) for k in range(1, budget + 1)]
 
 
-def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int]) -> dict:
-    """One table: the model with the left-out prior and without, at each budget; the others once."""
-    path, training, budgets, seeds, peers, ahead = job
-    prior = Prior(fit([read_table(p) for p in training]), {}, Path("left-out"))
+def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int, bool, dict | None]) -> dict:
+    """One table: the model with the left-out prior and without, at each budget (unless not
+    `ours`); the others once, unless given (`given`: an earlier run's result for this table)."""
+    path, training, budgets, seeds, peers, ahead, ours, given = job
     table = load_table(path)
     # A table of fewer codes than a budget is measured whole before it: no peer could spend more.
     codes = len(set(table.codes)) - 1
@@ -55,12 +61,13 @@ def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int]) -> dic
     top = min(max(budgets), codes)
     out: dict = {"table": path.stem, "optimum_gain": table.times[table.baseline] / table.optimum - 1.0,
                  "rows": len(table.rows), "at": {}, "trace": {}}
-    for name, make in (("model+prior", lambda s, tr: ModelGuided(s, prior=prior)),
-                       ("model", lambda s, tr: ModelGuided(s))):
-        out["at"][name] = {str(b): fraction(table, run_ours(table, make, min(b, codes), 0, ahead=ahead))
-                           for b in asked}
-        measured = run_ours(table, make, top, 0, ahead=ahead)
-        out["trace"][name] = trace(table, measured, top) + [fraction(table, measured)] * (max(asked) - top)
+    if ours:
+        _ours(out, table, training, asked, codes, ahead)
+    if given is not None:
+        for key in ("at", "trace"):
+            out[key].update({k: v for k, v in given[key].items() if k not in OURS})
+        out["unavailable"] = given.get("unavailable", {})
+        return out
     others: dict[str, list[list[float]]] = {"random": [
         trace(table, run_ours(table, lambda s, tr: RandomSearch(s), top, seed), top)
         for seed in range(seeds)]}
@@ -75,6 +82,18 @@ def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int]) -> dic
         out["trace"][name] = mean_trace + [mean_trace[-1]] * (max(asked) - top)
         out["at"][name] = {str(b): mean_trace[min(b, top) - 1] for b in asked}
     return out
+
+
+def _ours(out: dict, table: Table, training: list[Path], asked: list[int], codes: int, ahead: int) -> None:
+    """The model with a prior fitted on `training` and without one, at each budget, and traces."""
+    prior = Prior(fit([read_table(p) for p in training]), {}, Path("left-out"))
+    top = min(max(asked), codes)
+    for name, make in (("model+prior", lambda s, tr: ModelGuided(s, prior=prior)),
+                       ("model", lambda s, tr: ModelGuided(s))):
+        out["at"][name] = {str(b): fraction(table, run_ours(table, make, min(b, codes), 0, ahead=ahead))
+                           for b in asked}
+        measured = run_ours(table, make, top, 0, ahead=ahead)
+        out["trace"][name] = trace(table, measured, top) + [fraction(table, measured)] * (max(asked) - top)
 
 
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -148,11 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--no-ours", dest="ours", action="store_false",
+                   help="run random search and the peers only")
+    p.add_argument("--others-from", type=Path,
+                   help="random search's and the peers' results from this earlier --json, not run again")
     args = p.parse_args(argv)
     paths = sorted(args.corpus.glob("*.csv"))
     projects = {path: read_table(path).project for path in paths}
+    given = ({r["table"]: r for r in json.loads(args.others_from.read_text())}
+             if args.others_from else None)
+    if given is not None and (missing := [p.stem for p in paths if p.stem not in given]):
+        p.error(f"{args.others_from} holds no result for {len(missing)} tables ({missing[0]}, ...)")
     jobs = [(path, [q for q in paths if projects[q] != projects[path]], args.budgets, args.seeds, args.peers,
-             args.compile_ahead) for path in paths]
+             args.compile_ahead, args.ours, given[path.stem] if given else None) for path in paths]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = []
         for r in pool.map(_replay, jobs):

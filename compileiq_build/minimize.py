@@ -7,8 +7,9 @@ then are the others measured, as validation measures, in the same order; the sma
 replaces the winner when it is still faster than the baseline on every workload and not slower
 than the winner beyond noise (`selection.holds_without`); then its own options are tried in
 turn.  Each step is stored (phase `minimize`, with the configuration it reduces), so
-`selection.decide` ships the result and names the options whose removal no step checked,
-`report` says what was left out and why, and a resumed run repeats no step.
+`selection.decide` ships the result (cut short, the smallest measured configuration of checked
+options that serves as well, else the result naming its unchecked options), `report` says what
+was left out and why, and a resumed run repeats no step.
 """
 
 from __future__ import annotations

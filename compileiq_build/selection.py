@@ -208,31 +208,57 @@ def holds_without(step: Outcome, parent: Outcome) -> bool:
                                for w, e in parent.estimates.items())
 
 
+def _gains(o: Outcome) -> str:
+    return ", ".join(f"{w} {x.speedup:.3f}x [{1 / x.high:.3f}, {1 / x.low if x.low > 0 else math.inf:.3f}]"
+                     for w, x in sorted(o.estimates.items()))
+
+
+def _unchecked(options: Sequence[str], tried: set[str]) -> tuple[str, ...]:
+    """The options whose removal from this set no measurement in `tried` (keys) checked; a
+    single option is checked by the validation itself: without it the baseline remains."""
+    return tuple(o for o in options if len(options) > 1
+                 and " ".join(k for k in options if k != o) not in tried)
+
+
 def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
             ) -> tuple[Outcome, list[Dropped], tuple[str, ...]]:
     """The validated configuration less the options its minimizing steps found it can do
     without, why each was left out (the steps are followed in the order they were taken), and
-    the options it keeps whose removal no step checked (minimizing stopped before them)."""
+    the options it keeps whose removal no step checked.  Where minimizing stopped before it
+    checked them, the smallest measured configuration of checked options that serves as well
+    ships instead (`_smallest_checked`); the unchecked options remain only without one."""
     steps = outcomes(store, target, arch_keys, "minimize")
     current, dropped = check, []
     while step := next((s for s in steps if s.evaluation.parent == current.evaluation.config_key
                         and holds_without(s, current)), None):
         gone = set(current.evaluation.config_key.split()) - set(step.evaluation.config_key.split())
-        if step.evaluation.same_as is not None:
-            why = "the machine code is the same without it"
-        else:
-            e = step.estimates
-            why = "not slower beyond noise without it: " + ", ".join(
-                f"{w} {x.speedup:.3f}x [{1 / x.high:.3f}, {1 / x.low if x.low > 0 else math.inf:.3f}]"
-                for w, x in sorted(e.items()))
+        why = ("the machine code is the same without it" if step.evaluation.same_as is not None
+               else "not slower beyond noise without it: " + _gains(step))
         dropped += [Dropped(option, why) for option in sorted(gone)]
         current = step
     kept = current.evaluation.config_key.split()
     tried = {s.evaluation.config_key for s in steps if s.evaluation.parent == current.evaluation.config_key}
-    # A single option is checked by the validation itself: without it the baseline remains.
-    unchecked = tuple(o for o in kept if len(kept) > 1
-                      and " ".join(k for k in kept if k != o) not in tried)
+    unchecked = _unchecked(kept, tried)
+    if unchecked and (smaller := _smallest_checked(store, target, arch_keys, current)) is not None:
+        gone = set(kept) - set(smaller.evaluation.config_key.split())
+        why = (f"minimizing stopped before its removal was checked; {smaller.evaluation.config_key}, "
+               f"measured without it, serves as well: " + _gains(smaller))
+        return smaller, [*dropped, *(Dropped(option, why) for option in sorted(gone))], ()
     return current, dropped, unchecked
+
+
+def _smallest_checked(store: Store, target: str, arch_keys: dict[str, str],
+                      current: Outcome) -> Outcome | None:
+    """Of the configurations measured (search, validation, minimizing) whose options are some of
+    `current`'s: the one of fewest options that serves as well (`holds_without`) and whose every
+    option's removal was measured too, best first among equals; None if there is none."""
+    measured = [o for phase in ("search", "validate", "minimize")
+                for o in outcomes(store, target, arch_keys, phase) if o.valid]
+    keys = {o.evaluation.config_key for o in measured}
+    options = set(current.evaluation.config_key.split())
+    fits = [o for o in measured if (own := o.evaluation.config_key.split()) and set(own) < options
+            and holds_without(o, current) and not _unchecked(own, keys)]
+    return min(fits, key=lambda o: (len(o.evaluation.config_key.split()), o.ratio or 1.0), default=None)
 
 
 @dataclass(frozen=True)

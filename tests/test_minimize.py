@@ -153,3 +153,30 @@ def test_passengers_go_before_anything_is_measured_and_unchecked_options_are_nam
     assert not store.samples(first.id)  # the passenger, at no GPU time, before any measured step
     assert not decide(store, "saxpy", evaluator.arch_keys).unchecked  # minimizing finished
     store.close()
+
+
+def test_a_run_stopped_before_minimizing_ships_the_smallest_measured_set_that_serves(cxx_project, configure):
+    """-O3 -fno-math-errno validated, minimizing not run (the time limit): the search had measured
+    -O3 alone (the same machine code), so -O3 ships, every shipped option checked, and the file
+    says why the other went; no NOT CHECKED."""
+    from compileiq_build.toolchain import Provenance, render
+
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    worker = evaluator.workers[0]
+    flags = SPACE.flags(WINNER)
+    check = evaluator.evaluate(WINNER, flags, "model", "validate", evaluator.build(flags, worker, 0),
+                               sampling=Sampling(4, 4))
+    evaluator.evaluate(WINNER, flags, "model", "search", evaluator.build(flags, worker, 0))
+    assert check.faster
+    alone = {"CXX:O": "3"}
+    alone_flags = SPACE.flags(alone)
+    evaluator.evaluate(alone, alone_flags, "model", "search", evaluator.build(alone_flags, worker, 0))
+    shipped = decide(store, "saxpy", evaluator.arch_keys)
+    assert shipped.validated == "CXX:O=3 CXX:no-math-errno=on"
+    assert shipped.config_key == "CXX:O=3" and shipped.flags == {"CXX": ("-O3",)} and not shipped.unchecked
+    assert [d.option for d in shipped.dropped] == ["CXX:no-math-errno=on"]
+    assert shipped.dropped[0].why.startswith("minimizing stopped before its removal was checked; CXX:O=3, "
+                                             "measured without it, serves as well: saxpy[")
+    text = render([shipped], [], Provenance("2026-12-03", "test", "", (), "model"))
+    assert "NOT CHECKED" not in text and "-O3" in text and "-fno-math-errno" not in text.split("#")[-1]
+    store.close()

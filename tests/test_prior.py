@@ -201,3 +201,41 @@ def test_tune_on_a_gpu_starts_from_the_shipped_prior_and_without_it_when_asked(t
     report = subprocess.run([sys.executable, "-m", "compileiq_build", "report", str(tmp_path / "with")],
                             capture_output=True, text=True)
     assert "prior of its last search: prior.txt (" in report.stdout
+
+
+def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(learned):
+    """An open search where dlcm and restrict leave the code as it is (as on many kernels): guesses
+    that vary them compile to a measured code, a compile each for nothing; the prior's phase
+    gives way after two such in a row."""
+    from compileiq_build.strategies.model.screen import PRIOR_TRIES
+
+    prior = load(learned)
+    unseen = _kernel(140)
+    base_time, base_features = unseen({})
+
+    def code(config):  # only the register options reach the machine code
+        return config_key({k: v for k, v in config.items() if "dlcm" not in k and "restrict" not in k})
+
+    history: list[Trial] = []
+    known: list[Candidate] = []
+    for _ in range(30):
+        context = Context(SPACE, history, known, budget=20, baseline_code=code(SPACE.default_config()),
+                          baseline_features=base_features)
+        proposal = ModelGuided(prior=prior).propose(context)
+        if not isinstance(proposal, Proposal) or proposal.phase != "prior":
+            break
+        plain = {k.split(":")[1]: v for k, v in proposal.config.items()}
+        measured = context.by_code.get(code(proposal.config))
+        ratio = measured.ratio if measured else unseen({k: v for k, v in plain.items()
+                                                        if k not in ("dlcm", "restrict")})[0] / base_time
+        history.append(Trial(proposal.config, ratio, ratio < 0.998, 0.002, code(proposal.config),
+                             phase="prior"))
+    guesses = [t for t in history if t.phase == "prior"]
+    seen, streak, longest = {code(SPACE.default_config())}, 0, 0
+    for t in guesses:
+        streak = streak + 1 if t.code in seen else 0
+        longest = max(longest, streak)
+        seen.add(t.code)
+    assert guesses and guesses[0].ratio < 0.99  # its first guess gains (the rule it learnt)
+    print(f"{len(guesses)} guesses, {len(seen) - 1} new codes, longest run of repeats {longest}")
+    assert longest <= PRIOR_TRIES and len(guesses) < 30

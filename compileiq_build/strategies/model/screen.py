@@ -7,7 +7,9 @@
   unmeasured, the model ranks.
 - prior (with a prior learned across kernels, prior.py, in place of screening): the untried
   configuration of the best predicted mean, one option or several, for the screening share of
-  the budget, until PRIOR_TRIES guesses gained nothing beyond the noise.  While it guesses, the
+  the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
+  guesses of new code gained nothing beyond the noise or PRIOR_TRIES in a row compiled to code
+  measured before.  While it guesses, the
   one-option moves are compiled ahead, best predicted first, so that their code informs it.
 """
 
@@ -24,7 +26,7 @@ from compileiq_build.strategies.base import Context
 from compileiq_build.strategies.model.fit import _learned, _predict
 from compileiq_build.strategies.model.pool import _pool
 from compileiq_build.strategies.model.spills import _spilling
-from compileiq_build.strategies.model.stop import _noise
+from compileiq_build.strategies.model.stop import _free_streak, _noise, _repeats
 
 if TYPE_CHECKING:
     from compileiq_build.prior import Prior
@@ -76,18 +78,27 @@ def _screen(context: Context) -> Config | None:
 
 def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
                  assumed_noise: float) -> Config | None:
-    """While screening with a prior: the untried configuration of the best predicted mean
-    (the prior, scaled and corrected by what was measured here), one-option moves or not."""
-    guessed = [t for _, t in context.measured if t.phase == "prior"]
+    """While screening with a prior: the untried configuration the prior (scaled and corrected by
+    what was measured here) predicts to beat the best so far by the most, one-option move or not,
+    while it predicts one to beat it beyond the noise."""
     noise, _ = _noise(context.measured, assumed_noise)
-    # Two guesses that gained nothing beyond the noise: the prior does not know this code,
-    # and screening takes over.
+    # A guess found something only as a code not measured before.
+    guessed = [t for t, repeat in _repeats(context) if t.phase == "prior" and not repeat]
+    # Two new codes that gained nothing beyond the noise: the prior does not know this code.
     if len(guessed) >= PRIOR_TRIES and not any(t.ratio and t.ratio < 1 - noise for t in guessed):
+        return None
+    # Two guesses in a row of code measured before: its guesses vary options that leave this
+    # code as it is, a compile each, and screening takes over.
+    if _free_streak(context, ("prior",)) >= PRIOR_TRIES:
         return None
     if not _screening(context) or not (pool := _pool(context, rng)):
         return None
     mean, _ = _predict(context, [], pool, prior, assumed_noise)
-    return pool[int(np.argmin(np.where(_spilling(context, pool), np.inf, mean)))]
+    mean = np.where(_spilling(context, pool), np.inf, mean)
+    choice = int(np.argmin(mean))
+    best = min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
+    # Near the best so far the prediction is the best's own: no guess there finds new code.
+    return pool[choice] if mean[choice] < math.log(best) + math.log1p(-noise) else None
 
 
 def _moves(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:

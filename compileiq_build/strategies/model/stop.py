@@ -39,16 +39,23 @@ def _noise(measured: Sequence[tuple[Config, Trial]], assumed: float) -> tuple[fl
     return (max(statistics.median(spreads), 1e-4), True) if spreads else (assumed, False)
 
 
-def _free_streak(context: Context) -> int:
-    """How many of the last measured proposals of the model's phases after screening, in a row,
-    compiled to machine code measured before them (or the baseline's)."""
-    seen, streak = {context.baseline_code} - {""}, 0
+def _repeats(context: Context) -> list[tuple[Trial, bool]]:
+    """The measured trials in the order taken, each with whether it compiled to machine code
+    measured before it (or the baseline's): a repeat found nothing new."""
+    seen, out = {context.baseline_code} - {""}, []
     for t in context.history:
-        if t.pending:
-            continue
-        free = bool(t.code) and t.code in seen and t.phase in MODEL_PHASES
-        streak = streak + 1 if free else 0
-        seen.add(t.code)
+        if not t.pending:
+            out.append((t, bool(t.code) and t.code in seen))
+            seen.add(t.code)
+    return out
+
+
+def _free_streak(context: Context, phases: Sequence[str] = MODEL_PHASES) -> int:
+    """How many of the last measured proposals of `phases` (by default the model's phases after
+    screening), in a row, compiled to machine code measured before them (or the baseline's)."""
+    streak = 0
+    for t, repeat in _repeats(context):
+        streak = streak + 1 if repeat and t.phase in phases else 0
     return streak
 
 
