@@ -22,15 +22,22 @@ SPACE = FlagSpace((
 WINNER = {"CXX:O": "3", "CXX:no-math-errno": "on"}
 
 
+def _validated(evaluator, config, flags):
+    """The winner as validation leaves it (measured with twice the search's pairs, and faster),
+    with its search measurement."""
+    worker = evaluator.workers[0]
+    check = evaluator.evaluate(config, flags, "model", "validate", evaluator.build(flags, worker, 0),
+                               sampling=Sampling(4, 4))
+    evaluator.evaluate(config, flags, "model", "search", evaluator.build(flags, worker, 0))
+    assert check.faster
+    return check
+
+
 def test_a_passenger_is_left_out_and_an_option_that_matters_is_kept(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     worker = evaluator.workers[0]
     flags = SPACE.flags(WINNER)
-    check = evaluator.evaluate(WINNER, flags, "model", "validate", evaluator.build(flags, worker, 0),
-                               sampling=Sampling(4, 4))
-    assert check.faster
-    evaluator.evaluate(WINNER, flags, "model", "search", evaluator.build(flags, worker, 0))
-
+    check = _validated(evaluator, WINNER, flags)
     minimize(evaluator, SPACE, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
     steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
     # Without -fno-math-errno: compiled, the same code as the winner's, not measured.
@@ -69,10 +76,7 @@ def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, con
     winner = {"CXX:O": "3", "CXX:unroll-loops": "on"}
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     flags = space.flags(winner)
-    check = evaluator.evaluate(winner, flags, "model", "validate",
-                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
-    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
-    assert check.faster
+    check = _validated(evaluator, winner, flags)
     minimize(evaluator, space, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
     (step,) = [o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")
                if o.evaluation.config_key == "CXX:O=3"]
@@ -106,10 +110,7 @@ def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure)
     # the baseline first.
     write_finalists(evaluator, store, 0.5, 0.15)
     flags = space.flags(winner)
-    check = evaluator.evaluate(winner, flags, "model", "validate",
-                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
-    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
-    assert check.faster
+    check = _validated(evaluator, winner, flags)
     minimize(evaluator, space, check, Sampling(6, 6), lambda: False, Reporter(quiet=True))
     steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
     alone = steps["CXX:stack-protector-all=on"]
@@ -136,10 +137,7 @@ def test_passengers_go_before_anything_is_measured_and_unchecked_options_are_nam
     winner = {"CXX:O": "3", "CXX:no-math-errno": "on", "CXX:stack-protector-all": "on"}
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     flags = space.flags(winner)
-    check = evaluator.evaluate(winner, flags, "model", "validate",
-                               evaluator.build(flags, evaluator.workers[0], 0), sampling=Sampling(4, 4))
-    evaluator.evaluate(winner, flags, "model", "search", evaluator.build(flags, evaluator.workers[0], 0))
-    assert check.faster
+    check = _validated(evaluator, winner, flags)
     stopped = decide(store, "saxpy", evaluator.arch_keys)  # nothing minimized yet: all three unchecked
     assert stopped.unchecked == ("CXX:O=3", "CXX:no-math-errno=on", "CXX:stack-protector-all=on")
     text = render([stopped], [], Provenance("2026-12-03", "test", "", (), "model"))
@@ -164,10 +162,7 @@ def test_a_run_stopped_before_minimizing_ships_the_smallest_measured_set_that_se
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     worker = evaluator.workers[0]
     flags = SPACE.flags(WINNER)
-    check = evaluator.evaluate(WINNER, flags, "model", "validate", evaluator.build(flags, worker, 0),
-                               sampling=Sampling(4, 4))
-    evaluator.evaluate(WINNER, flags, "model", "search", evaluator.build(flags, worker, 0))
-    assert check.faster
+    _validated(evaluator, WINNER, flags)
     alone = {"CXX:O": "3"}
     alone_flags = SPACE.flags(alone)
     evaluator.evaluate(alone, alone_flags, "model", "search", evaluator.build(alone_flags, worker, 0))
