@@ -129,10 +129,9 @@ class Prior:
         contrib = np.asarray(self.booster.predict(x, pred_contrib=True))
         out: dict[str, float] = {}
         for name, value in zip(FEATURES, contrib[0, :-1] - contrib[1, :-1], strict=True):
-            option = name.removeprefix("opt_")
-            if not name.startswith("opt_"):
-                key = "code"
-            else:
+            key = "code"
+            if name.startswith("opt_"):
+                option = name.removeprefix("opt_")
                 key = option if names.get(option, DEFAULT) != DEFAULT else "other options"
             out[key] = out.get(key, 0.0) + float(value)
         return out

@@ -252,8 +252,8 @@ def _smallest_checked(store: Store, target: str, arch_keys: dict[str, str],
     """Of the configurations measured (search, validation, minimizing) whose options are some of
     `current`'s: the one of fewest options that serves as well (`holds_without`) and whose every
     option's removal was measured too, best first among equals; None if there is none."""
-    measured = [o for phase in ("search", "validate", "minimize")
-                for o in outcomes(store, target, arch_keys, phase) if o.valid]
+    measured = [o for o in (*outcomes(store, target, arch_keys, "search"),
+                            *remeasured(store, target, arch_keys)) if o.valid]
     keys = {o.evaluation.config_key for o in measured}
     options = set(current.evaluation.config_key.split())
     fits = [o for o in measured if (own := o.evaluation.config_key.split()) and set(own) < options

@@ -26,6 +26,11 @@ def _incumbent(context: Context) -> Config:
                key=lambda ct: ct[1], default=(context.space.default_config(), 1.0))[0]
 
 
+def _best_ratio(context: Context) -> float:
+    """The best measured cost ratio, 1.0 (the project's flags) before any beats it."""
+    return min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
+
+
 def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
     """One column per non-default value of every dimension."""
     columns = [(d.key, v) for d in space.dimensions for v in d.values]

@@ -9,8 +9,8 @@
   configuration of the best predicted mean, one option or several, for the screening share of
   the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
   guesses of new code gained nothing beyond the noise or PRIOR_TRIES in a row compiled to code
-  measured before.  While it guesses, the
-  one-option moves are compiled ahead, best predicted first, so that their code informs it.
+  measured before.  While it guesses, the one-option moves are compiled ahead, best predicted
+  first, so that their code informs it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 
 from compileiq_build.space import Config, Dimension, FlagSpace
 from compileiq_build.strategies.base import Context
+from compileiq_build.strategies.model.features import _best_ratio
 from compileiq_build.strategies.model.fit import _learned, _predict
 from compileiq_build.strategies.model.pool import _pool
 from compileiq_build.strategies.model.spills import _spilling
@@ -96,9 +97,8 @@ def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
     mean, _ = _predict(context, [], pool, prior, assumed_noise)
     mean = np.where(_spilling(context, pool), np.inf, mean)
     choice = int(np.argmin(mean))
-    best = min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
     # Near the best so far the prediction is the best's own: no guess there finds new code.
-    return pool[choice] if mean[choice] < math.log(best) + math.log1p(-noise) else None
+    return pool[choice] if mean[choice] < math.log(_best_ratio(context)) + math.log1p(-noise) else None
 
 
 def _moves(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from compileiq_build.space import Config, config_key
 from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.strategies.model.features import _incumbent
+from compileiq_build.strategies.model.features import _best_ratio, _incumbent
 from compileiq_build.strategies.model.fit import _learned, _predict
 from compileiq_build.strategies.model.local import _combine, _unrefined
 from compileiq_build.strategies.model.pool import _pool
@@ -69,7 +69,7 @@ class ModelGuided:
         if not pool:
             return Stop("every configuration of the space was measured")
         mean, std = _predict(context, transfer, pool, self.prior, self.noise)
-        best = min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
+        best = _best_ratio(context)
         if (choice := _combine(context, mean, best)) is not None:
             return Proposal(pool[choice], "combine")
         spilling = _spilling(context, pool)
