@@ -154,8 +154,8 @@ class Tuner:
         return now + max(0.0, self.deadline - now) / targets_left
 
     def _validation_reserve(self, evaluator: Evaluator) -> float:
-        """Seconds the search leaves for validating its best candidate so far (validate.py),
-        so that the run ends within --time-limit; none without one."""
+        """Seconds the search leaves for validating and minimizing its best candidate so far
+        (validate.py), so that the run ends within --time-limit; none without one."""
         return 0.0 if self.deadline is None else validation_reserve(evaluator)
 
     def run(self, command: str) -> TuneResult:
@@ -287,7 +287,8 @@ class Tuner:
             reserve = self._validation_reserve(evaluator)
             if not self.out_of_time(reserve, until):
                 return ""
-            kept = f" ({reserve:.0f} s kept to validate the best candidate)" if reserve >= 1 else ""
+            kept = (f" ({reserve:.0f} s kept to validate and minimize the best candidate)"
+                    if reserve >= 1 else "")
             if targets_left > 1:
                 return f"its share of the time limit is used ({targets_left} targets were left){kept}"
             return f"time limit reached{kept}"

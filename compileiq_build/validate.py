@@ -2,7 +2,7 @@
 
 A best-of-N pick is biased low (the luckiest measurement wins), so a winner is only what holds
 up when re-measured; `selection.decide` then names the winner from the stored results.  The
-search leaves time for it under --time-limit (`validation_reserve`).
+search leaves time for it and for minimizing under --time-limit (`validation_reserve`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,27 @@ from compileiq_build.store import Store
 
 
 def validation_reserve(evaluator: Evaluator) -> float:
-    """Seconds that validating the best candidate so far takes: its build, twice its measuring
-    (validation pairs twice as many runs), and a build per option to find the passengers among
-    them (minimize.py)."""
+    """Seconds that validating and minimizing the best candidate so far take (minimize.py), so
+    that a run under --time-limit ships only flags whose removal was checked: its build and
+    twice its measuring (validation pairs twice the runs), then for a winner of several options
+    a build per option (to find its passengers) and, with validation's runs, a measurement per
+    option that no build has shown to be a passenger (its code set alone is not the baseline's)."""
     store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
     best = finalists(outcomes(store, name, arch, "search"), 1)
     if not best:
         return 0.0
     row = best[0].evaluation
-    compiles = 1 + len(row.config_key.split())
-    return compiles * (row.build_seconds or 0.0) + 2 * store.measuring_seconds(row.same_as or row.id)
+    # One option left: minimizing has nothing to take away (the baseline remains without it).
+    removals = row.config_key.split() if len(row.config_key.split()) > 1 else []
+    measured = [o for o in removals if o not in _passengers(store, name, arch, evaluator.baseline.digest)]
+    measuring = 2 * store.measuring_seconds(row.same_as or row.id)
+    return (1 + len(removals)) * (row.build_seconds or 0.0) + (1 + len(measured)) * measuring
+
+
+def _passengers(store: Store, name: str, arch: dict[str, str], baseline: str) -> set[str]:
+    """The options whose code, set alone in any phase, is the baseline's."""
+    return {r.config_key for r in store.evaluations(name, arch)
+            if baseline and r.digest == baseline and len(r.config_key.split()) == 1}
 
 
 def validate(evaluator: Evaluator, store: Store, space: FlagSpace, sampling: Sampling,

@@ -1,5 +1,5 @@
-"""--time-limit bounds the whole run: the search keeps time to validate its best candidate, and
-a finalist left without time is named, not validated in overtime.
+"""--time-limit bounds the whole run: the search keeps time to validate and minimize its best
+candidate, and a finalist left without time is named, not validated in overtime.
 
 Real cmake, ninja and g++ on the C++ fixture, whose library the project builds at -O0, so
 that -O2 is a finalist.
@@ -45,12 +45,33 @@ def test_the_search_keeps_time_to_validate_its_best_candidate(cxx_project, confi
         "SELECT e.build_seconds, SUM(s.wall_s) FROM evaluations e JOIN samples s ON s.evaluation_id = e.id"
         " WHERE e.phase = 'search'").fetchone()
     reserve = tuner._validation_reserve(evaluator)
-    # Its build, twice its measuring, and a compile per option (-O2) to find passengers.
-    assert reserve == pytest.approx(2 * build_s + 2 * measuring_s) and reserve > 0
+    # Its build and twice its measuring; with one option, minimizing has nothing to try.
+    assert reserve == pytest.approx(build_s + 2 * measuring_s) and reserve > 0
     tuner.deadline = time.monotonic() + reserve / 2  # the deadline is nearer than the reserve
     assert tuner.out_of_time(reserve) and not tuner.out_of_time()
     tuner.deadline = None  # no time limit: nothing is kept
     assert tuner._validation_reserve(evaluator) == 0.0
+    store.close()
+
+
+def test_the_search_keeps_time_to_minimize_a_winner_of_several_options(cxx_project, configure):
+    """-O2 -Wall: a build per option to find passengers, and a measurement with validation's
+    runs for each option no build has shown to be one (-Wall alone compiles to the baseline's code)."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
+    space = FlagSpace((*SPACE.dimensions, Dimension("CXX", "Wall", ("on",), "-Wall")))
+    worker = evaluator.workers[0]
+    alone = {"CXX:Wall": "on"}
+    assert evaluator.scout(alone, space.flags(alone), "model", worker) == evaluator.baseline.digest
+    config = {"CXX:O": "2", "CXX:Wall": "on"}
+    flags = space.flags(config)
+    outcome = evaluator.evaluate(config, flags, "model", "search", evaluator.build(flags, worker, 0))
+    assert outcome.faster
+    row = outcome.evaluation
+    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=3600), evaluator.report)
+    build_s = store.evaluation(row.id).build_seconds
+    measuring_s = store.measuring_seconds(row.id)
+    # Validation (a build, twice the measuring), two compiles, one measured removal (of -O2).
+    assert tuner._validation_reserve(evaluator) == pytest.approx(3 * build_s + 4 * measuring_s)
     store.close()
 
 
