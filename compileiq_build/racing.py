@@ -39,6 +39,7 @@ RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is t
 NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
 # Indifference zone: see the module docstring.
 INDIFFERENT_PAIRS = 3
+OWN_INTERVAL_PAIRS = 5  # a workload of unknown noise: its sign-test interval, from 5 pairs (94%)
 INDIFFERENT_Z = 2.0
 MEDIAN_SD = 1.2533  # sd of a normal sample's median, in units of sd / sqrt(n): sqrt(pi / 2)
 
@@ -112,30 +113,49 @@ def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
     return ""
 
 
-def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
+def indifferent(costs: Costs, pairs: int, race: Race | None, max_pairs: int | None = None) -> str:
     """Why the candidate cannot beat the incumbent by the race's precision, or "" while it
-    still can; needs every workload's noise.
+    still can.
 
     The incumbent is the best search candidate found faster, else the baseline.  The bound is
     the geometric mean over workloads (the evaluation's other benchmarks' pairs included) of
-    exp(median log ratio - `INDIFFERENT_Z` x `MEDIAN_SD` x sigma / sqrt(pairs)), 2.3% one sided
-    per look; the candidate stops when it lies above incumbent x (1 - precision).  One whose
-    interval says faster still gets `min_pairs` first (`sampling_done`)."""
+    exp(median log ratio - h(pairs)), h(n) = `INDIFFERENT_Z` x `MEDIAN_SD` x sigma / sqrt(n),
+    2.3% one sided per look, or, for a workload whose noise is not known yet, the low end of
+    its sign-test interval once it has `OWN_INTERVAL_PAIRS`; the candidate stops when the bound
+    lies above incumbent x (1 - precision).
+    With `max_pairs`, a workload still measured whose h(max_pairs) exceeds the precision (too
+    noisy to resolve it) gets h(max_pairs) back: the candidate stops when, even at the low end
+    of its interval, the pairs it may still take could not show it better.  One whose interval
+    says faster still gets `min_pairs` first (`sampling_done`)."""
     if race is None or race.incumbent is None or pairs < INDIFFERENT_PAIRS:
         return ""
-    bounds = []
+    bounds, noisy = [], False
     for workload, (cand, base) in {**race.others, **costs}.items():
         sigma = race.noise.get(workload)
-        if sigma is None or not cand:
+        if not cand:
             return ""
+        if sigma is None:
+            # No noise known yet (a target's first evaluations): the exact interval's low end.
+            if len(cand) < OWN_INTERVAL_PAIRS:
+                return ""
+            bounds.append(math.log(ratio_estimate(cand, base).low))
+            continue
         logs = [math.log(c / b) for c, b in zip(cand, base, strict=False)]
-        bounds.append(statistics.median(logs) - INDIFFERENT_Z * MEDIAN_SD * sigma / math.sqrt(len(logs)))
+        # A benchmark too noisy to resolve the precision within max_pairs: its pairs to come.
+        horizon = _half_width(sigma, max_pairs) if max_pairs and workload in costs else 0.0
+        horizon = horizon if horizon > race.precision else 0.0
+        noisy = noisy or horizon > 0
+        bounds.append(statistics.median(logs) - _half_width(sigma, len(logs)) + horizon)
     bound = math.exp(sum(bounds) / len(bounds))
     if bound <= race.incumbent * (1 - race.precision):
         return ""
     best = "the baseline" if race.incumbent >= 1 else f"the best so far, {1 / race.incumbent:.3f}x"
     return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {race.precision:.1%} "
-            f"better than {best}")
+            f"better than {best}" + (f" within {max_pairs} pairs" if noisy else ""))
+
+
+def _half_width(sigma: float, pairs: int) -> float:
+    return INDIFFERENT_Z * MEDIAN_SD * sigma / math.sqrt(pairs)
 
 
 def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
@@ -146,7 +166,7 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
         return True
     if raced_out(costs, pairs, race):
         return True
-    if indifferent(costs, pairs, race) and (pairs >= sampling.min_pairs or not any(
+    if indifferent(costs, pairs, race, sampling.max_pairs) and (pairs >= sampling.min_pairs or not any(
             ratio_estimate(c, b).faster for c, b in costs.values())):
         return True  # one that looks faster still gets the pairs that a "faster" call needs
     if elapsed > sampling.time_cap:
