@@ -239,3 +239,22 @@ def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(lear
     assert guesses and guesses[0].ratio < 0.99  # its first guess gains (the rule it learnt)
     print(f"{len(guesses)} guesses, {len(seen) - 1} new codes, longest run of repeats {longest}")
     assert longest <= PRIOR_TRIES and len(guesses) < 30
+
+
+def test_guesses_in_flight_count_until_measured(tmp_path):
+    """`tune` proposes while the GPU measures: a prior that learnt the opposite rule has at most
+    PRIOR_TRIES guesses out before one is measured, then screening fills the other slots."""
+    from compileiq_build.strategies.model.screen import PRIOR_TRIES
+
+    _learn(_corpus(tmp_path / "opposite", rule=-1), tmp_path / "wrong.txt")
+    wrong = load(tmp_path / "wrong.txt")
+    _, base_features = _kernel(140)({})
+    history: list[Trial] = []
+    for _ in range(6):  # six proposals in flight, none measured yet
+        context = Context(SPACE, history, budget=20, baseline_code=config_key({}),
+                          baseline_features=base_features)
+        proposal = ModelGuided(prior=wrong).propose(context)
+        assert isinstance(proposal, Proposal)
+        history.append(Trial(proposal.config, None, False, pending=True, phase=proposal.phase))
+    phases = [t.phase for t in history]
+    assert phases == ["prior"] * PRIOR_TRIES + ["screen"] * (6 - PRIOR_TRIES)

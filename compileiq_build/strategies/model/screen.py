@@ -8,8 +8,8 @@
 - prior (with a prior learned across kernels, prior.py, in place of screening): the untried
   configuration of the best predicted mean, one option or several, for the screening share of
   the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
-  guesses of new code gained nothing beyond the noise or PRIOR_TRIES in a row compiled to code
-  measured before.  While it guesses, the one-option moves are compiled ahead, best predicted
+  guesses of new code gained nothing beyond the noise (guesses in flight counting as such until
+  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the one-option moves are compiled ahead, best predicted
   first, so that their code informs it.
 """
 
@@ -85,8 +85,12 @@ def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
     noise, _ = _noise(context.measured, assumed_noise)
     # A guess found something only as a code not measured before.
     guessed = [t for t, repeat in _repeats(context) if t.phase == "prior" and not repeat]
+    # Guesses in flight (proposed while the GPU measures others) count as gaining nothing until
+    # measured, so that no more than PRIOR_TRIES are out before one has shown a gain.
+    in_flight = sum(t.pending and t.phase == "prior" for t in context.history)
     # Two new codes that gained nothing beyond the noise: the prior does not know this code.
-    if len(guessed) >= PRIOR_TRIES and not any(t.ratio and t.ratio < 1 - noise for t in guessed):
+    if (len(guessed) + in_flight >= PRIOR_TRIES
+            and not any(t.ratio and t.ratio < 1 - noise for t in guessed)):
         return None
     # Two guesses in a row of code measured before: its guesses vary options that leave this
     # code as it is, a compile each, and screening takes over.
