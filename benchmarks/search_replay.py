@@ -194,7 +194,8 @@ def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget:
         known = [Candidate(_keyed(r), c if i in revealed else "", f if i in revealed else {})
                  for i, (r, c, f) in enumerate(zip(table.rows, table.codes, table.features, strict=True))]
         return Context(space, history, known, closed=True, budget=budget,
-                       baseline_code=table.codes[table.baseline])
+                       baseline_code=table.codes[table.baseline],
+                       baseline_features=table.features[table.baseline])
 
     scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
     turned_down = 0  # proposals compiled and not measured (`vet`): they count against tune's candidate bound

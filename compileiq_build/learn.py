@@ -3,7 +3,8 @@ searches stored in the user's own build folders; write the model file `tune` loa
 
 The corpus is a folder of tables in the replay format, one per kernel (`benchmarks/corpus/tables`
 in a checkout of this project).  A build folder's store adds each CUDA target it searched, as
-`report --table` writes it.
+`report --table` writes it; a target whose baseline code's features were not recorded is left
+out, with a note (the prior needs them to know the kind of code).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def store_tables(build_dir: Path, note: Callable[[str], None]) -> list[KernelTab
             kernel = read_table(path, project=f"store:{build_dir.resolve()}")
             if not any(name in OPTIONS for name in kernel.configs[0]):
                 continue  # not a CUDA target: the prior knows no option of its space
+            if not kernel.features[kernel.baseline]:
+                note(f"{build_dir}: {target} left out: its baseline code's features were not recorded")
+                continue
             found.append(kernel)
     return found
 

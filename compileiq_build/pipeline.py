@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
@@ -52,8 +52,10 @@ class Proposals:
     def __init__(self, strategy: Strategy, space: FlagSpace,
                  history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
                  halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None,
-                 compile_ahead: int = 0, out_of_time: Callable[[], str] = lambda: "") -> None:
+                 compile_ahead: int = 0, out_of_time: Callable[[], str] = lambda: "",
+                 baseline_features: Mapping[str, float] | None = None) -> None:
         self.strategy = strategy
+        self.baseline_features = dict(baseline_features or {})  # the baseline code's (the prior reads them)
         self.space = space
         self.history = history  # the search so far, from the store: trials, and the compiled candidates
         self.budget = budget
@@ -76,7 +78,7 @@ class Proposals:
         pending = [Trial(p.config, None, False, code=code, pending=True, phase=p.phase, parent=p.parent)
                    for key, (p, code) in self.in_flight.items() if key not in recorded]
         return Context(self.space, [*trials, *pending], known, budget=self.budget,
-                       baseline_code=self.baseline_code)
+                       baseline_code=self.baseline_code, baseline_features=self.baseline_features)
 
     def progress(self) -> tuple[int, float]:
         """Evaluations finished (distinct machine codes measured) and the best speedup found

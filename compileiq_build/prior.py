@@ -1,18 +1,14 @@
-"""The prior: what compiler options do to code, learned across kernels (LightGBM).
+"""The prior: what compiler options do to code like this, learned across kernels (LightGBM).
 
-A LightGBM regression of log(cost ratio) to the project's flags on the candidate's options (each a
-number or a category), fitted on the corpus (`benchmarks/corpus/`, one table per kernel, in the
-replay format), each kernel weighing the same: which option values gain or lose across kernels,
-and how they interact.  `learn` writes the model in LightGBM's text format with a JSON file beside
-it (inputs, what it was trained on); the package ships one (`data/prior.txt`).  The model-guided
-search takes its prediction as the mean of its fit, scaled there to the target's measurements,
-and orders screening by it; the code of each candidate enters that per-target fit, not this one.
-
-Why options alone: left out of a project's training, the kernels of that project ranked better
-from the options alone than with the baseline code's features (what kind of code) and the
-candidate code's changes as inputs too; with 30 programs, those features told the programs
-apart rather than what options do to such code (`benchmarks/prior_inputs.py`, results in
-benchmarks/results/prior/README.md).
+A LightGBM regression of log(cost ratio) to the project's flags, on three kinds of input: the
+candidate's options (each a number or a category), its compiled code's features relative to the
+baseline's (registers, occupancy, spills, instruction mix), and the baseline code's own features
+(what kind of code it is).  `learn` fits it on the corpus (`benchmarks/corpus/`, one table per
+kernel, in the replay format) and writes a model file in LightGBM's text format with a JSON file
+beside it (feature names, what it was trained on); the package ships one (`data/prior.txt`).
+The model-guided search takes it as the mean of its fit and orders screening by it.  Every row
+is learnt twice, once without the candidate's code, so that a configuration not compiled yet is
+predicted from its options and the baseline's code alone.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ import numpy as np
 from compileiq_build.space import DEFAULT, Config, FlagSpace
 
 SHIPPED = Path(__file__).parent / "data" / "prior.txt"
-FORMAT = 2  # the encoding below; a model file of another format is not loaded
+FORMAT = 1  # the encoding below; a model file of another format is not loaded
 # Numeric options' values when not set: what the compiler does by default (nvcc 13 documentation).
 NUMERIC_DEFAULTS = {"ptxas-O": 3.0, "register-usage-level": 5.0, "maxrregcount": 256.0,
                     "jump-table-density": 101.0}
@@ -41,8 +37,14 @@ CATEGORIES = {"dlcm": ("default", "cg", "cs", "lu", "cv", "ca"), "dscm": ("defau
 SWITCHES = ("allow-expensive-optimizations", "extra-device-vectorization", "restrict", "use_fast_math",
             "ftz", "prec-div", "prec-sqrt", "fmad")
 OPTIONS = (*NUMERIC_DEFAULTS, *CATEGORIES, *SWITCHES)
+# The code features read (codeinfo: `all:` totals over the kernels that take the time).
+_COUNTED = ("ldg", "stg", "lds", "sts", "ldgsts", "ffma", "fmul", "fadd", "mufu", "imad", "bra")
+KIND = ("instructions", "registers", "occupancy", "spills", "local", "smem", "constant",
+        *(f"share_{op}" for op in _COUNTED))
+CHANGE = ("registers", "occupancy", "instructions", "spills", "local",
+          *(f"share_{op}" for op in _COUNTED))
 # LightGBM's names (no ':' in them).
-FEATURES = tuple(f"opt_{o}" for o in OPTIONS)
+FEATURES = (*(f"opt_{o}" for o in OPTIONS), *(f"kind_{k}" for k in KIND), *(f"change_{c}" for c in CHANGE))
 CLIP = math.log(1.1)  # log ratios above are counted as this, as the search counts them
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 20,
           "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
@@ -61,10 +63,35 @@ def _option(name: str, value: str) -> float:
     return 0.0 if value == DEFAULT else 1.0
 
 
-def encode(config: Mapping[str, str]) -> list[float]:
-    """The prior's inputs for one configuration (keys `<language>:<option>` or bare names)."""
+def _code(features: Mapping[str, float]) -> dict[str, float] | None:
+    """The counts the prior reads, from `all:` totals (or a table's own totals); None if unknown."""
+    def get(name: str) -> float:
+        return float(features.get(f"all:{name}", features.get(name, 0.0)))
+
+    instructions = get("instructions")
+    if not features or instructions <= 0:
+        return None
+    registers = get("registers")
+    out = {"instructions": math.log1p(instructions), "registers": registers,
+           # Warps an SM can hold by registers alone (64K registers, 64 warps at most).
+           "occupancy": min(64.0, 65536.0 / (32.0 * max(registers, 16.0))) / 64.0 if registers else math.nan,
+           "spills": math.log1p(get("spill_bytes")), "local": (get("ldl") + get("stl")) / instructions,
+           "smem": math.log1p(get("smem_bytes")), "constant": get("ldg.constant") / max(get("ldg"), 1.0)}
+    out.update({f"share_{op}": get(op) / instructions for op in _COUNTED})
+    return out
+
+
+def encode(config: Mapping[str, str], features: Mapping[str, float] | None,
+           base: Mapping[str, float]) -> list[float]:
+    """The prior's inputs for one configuration (keys `<language>:<option>` or bare names), its
+    code's features (None or {} when not compiled) and the baseline code's features."""
     names = {key.split(":", 1)[-1]: value for key, value in config.items()}
-    return [_option(o, names.get(o, DEFAULT)) for o in OPTIONS]
+    row = [_option(o, names.get(o, DEFAULT)) for o in OPTIONS]
+    kind = _code(base)
+    row += [kind[k] if kind else math.nan for k in KIND]
+    own = _code(features) if features else None
+    row += [own[c] - kind[c] if own and kind else math.nan for c in CHANGE]
+    return row
 
 
 @dataclass(frozen=True)
@@ -81,24 +108,31 @@ class Prior:
         return (f"{self.path.name} ({self.meta.get('kernels', '?')} kernels of "
                 f"{len(self.meta.get('projects', []))} projects, {str(self.meta.get('digest', ''))[:8]})")
 
-    def predict(self, configs: Sequence[Mapping[str, str]]) -> np.ndarray:
-        """log(cost ratio) of each configuration."""
+    def predict(self, configs: Sequence[Mapping[str, str]], features: Sequence[Mapping[str, float] | None],
+                base: Mapping[str, float]) -> np.ndarray:
+        """log(cost ratio) of each configuration, with its code's features where compiled."""
         if not configs:
             return np.zeros(0)
-        x = np.array([encode(c) for c in configs], dtype=float)
+        x = np.array([encode(c, f, base) for c, f in zip(configs, features, strict=True)], dtype=float)
         return np.minimum(np.asarray(self.booster.predict(x), dtype=float), CLIP)
 
-    def contributions(self, config: Mapping[str, str]) -> dict[str, float]:
+    def contributions(self, config: Mapping[str, str], features: Mapping[str, float] | None,
+                      base: Mapping[str, float]) -> dict[str, float]:
         """Each option the configuration sets: its share of the predicted log ratio against the
-        project's flags (LightGBM's pred_contrib of the configuration less that of the baseline);
-        the shares of options left as they were (interactions only) are summed as `other
-        options`.  A prediction, not a measurement."""
+        project's flags (LightGBM's pred_contrib of the configuration less that of the baseline,
+        the baseline's code known only where the configuration's is).  The code features' shares
+        are summed as `code`, and those of options left as they were (interactions only) as
+        `other options`: a prediction, not a measurement."""
         names = {key.split(":", 1)[-1]: value for key, value in config.items()}
-        contrib = np.asarray(self.booster.predict(np.array([encode(config), encode({})], dtype=float),
-                                                  pred_contrib=True))
+        rows = [encode(config, features, base), encode({}, base if features else None, base)]
+        x = np.array(rows, dtype=float)
+        contrib = np.asarray(self.booster.predict(x, pred_contrib=True))
         out: dict[str, float] = {}
-        for option, value in zip(OPTIONS, contrib[0, :-1] - contrib[1, :-1], strict=True):
-            key = option if names.get(option, DEFAULT) != DEFAULT else "other options"
+        for name, value in zip(FEATURES, contrib[0, :-1] - contrib[1, :-1], strict=True):
+            key = "code"
+            if name.startswith("opt_"):
+                option = name.removeprefix("opt_")
+                key = option if names.get(option, DEFAULT) != DEFAULT else "other options"
             out[key] = out.get(key, 0.0) + float(value)
         return out
 
@@ -178,15 +212,18 @@ def read_table(path: Path, project: str | None = None) -> KernelTable:
 
 
 def training_rows(tables: Sequence[KernelTable]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Inputs, targets and weights: every measured row of every table, each table weighing the
-    same whatever its size."""
+    """Inputs, targets and weights: every row of every table twice (with and without its code's
+    features), each table weighing the same whatever its size."""
     xs, ys, ws = [], [], []
     for table in tables:
+        base = table.features[table.baseline]
         y = table.log_ratios()
         ok = np.isfinite(y)
-        xs += [encode(c) for c, good in zip(table.configs, ok, strict=True) if good]
-        ys.append(y[ok])
-        ws.append(np.full(int(ok.sum()), 1.0 / max(1, int(ok.sum()))))
+        for with_code in (True, False):
+            xs += [encode(c, f if with_code else None, base)
+                   for c, f, good in zip(table.configs, table.features, ok, strict=True) if good]
+        ys += [y[ok], y[ok]]
+        ws.append(np.full(2 * int(ok.sum()), 1.0 / max(1, int(ok.sum()))))
     return np.array(xs, dtype=float), np.concatenate(ys), np.concatenate(ws)
 
 

@@ -21,7 +21,7 @@ from compileiq_build.prior import Prior, for_space
 from compileiq_build.progress import Reporter
 from compileiq_build.project import Project, Target
 from compileiq_build.selection import Winner, outcomes, verdict_counts
-from compileiq_build.space import FlagSpace, Prober, build_space
+from compileiq_build.space import FlagSpace, Prober, build_space, config_key
 from compileiq_build.strategies import make_strategy
 
 
@@ -70,18 +70,19 @@ def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
     model = options.strategy == "model"
     if warm and model:
         report.note(f"{name}: the search starts from {len(warm)} evaluations of other targets in the store")
-    prior = load_prior() if model and for_space(space) else None
+    prior = load_prior() if model and for_space(space) and evaluator.baseline_features else None
     if model:
         used = prior.label if prior else (
             "none: it knows CUDA options only" if not for_space(space) else
             "off (--no-prior)" if not options.prior else
+            "none: the baseline's machine code has no features" if not evaluator.baseline_features else
             "none: it could not be loaded (see the warning)")
         report.note(f"{name}: prior {used}")
         evaluator.store.update_session(evaluator.session, "prior_used", {name: used})
     strategy = make_strategy(options.strategy, options.seed, warm, prior)
     proposals = Proposals(strategy, space, lambda: history(evaluator), options.budget, halt,
                           evaluator.baseline.digest, options.max_candidates,
-                          options.compile_ahead, out_of_time)
+                          options.compile_ahead, out_of_time, evaluator.baseline_features)
     # CPU benchmarks are measured only once the compilers are done: they share the cores.
     run_search(evaluator, evaluator.workers, proposals, report, overlap="CUDA" in evaluator.target.languages)
     return proposals
@@ -100,10 +101,15 @@ def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> No
                    f"({len(ahead) - len(codes)} did not build)")
 
 
-def predicted(prior: Prior | None, decision: Winner) -> dict[str, object]:
+def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
+              decision: Winner) -> dict[str, object]:
     """What the prior predicted of the winner, option by option (pred_contrib), for the report."""
-    if prior is None:
+    _, known = history(evaluator)
+    ours = [c for c in known if config_key(space.full_config(c.config)) == decision.config_key]
+    if prior is None or not ours or not evaluator.baseline_features:
         return {}
-    contributions = prior.contributions(dict(part.split("=", 1) for part in decision.config_key.split()))
+    config = space.full_config(ours[0].config)
+    features = next((c.features for c in ours if c.features), None)
+    contributions = prior.contributions(config, features, evaluator.baseline_features)
     return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
             "contributions": contributions}

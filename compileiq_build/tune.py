@@ -261,7 +261,7 @@ class Tuner:
         if isinstance(decision, Winner):
             decision = minimize_winner(evaluator, store, space, decision, self.options.sampling().scaled(2),
                                        self._halt_minimizing, self.report)
-            if guess := predicted(self.prior(), decision):
+            if guess := predicted(self.prior(), evaluator, space, decision):
                 store.update_session(session, "predicted", {target.name: guess})
         self.report.note(decision_note(decision, remeasured))
         return decision

@@ -1,9 +1,9 @@
 """The prior (prior.py): learnt from tables, loaded, and used by the model-guided search.
 
-The kernels here are synthetic: a raised register-usage level gains on register-hungry code (five
-kernels of six), and a register cap below the code's registers spills and loses.  A prior learnt
-from some kernels must carry what holds across them to another, and a prior that learnt the
-opposite must cost the search only a few evaluations."""
+The kernels here are synthetic, with one rule that holds across them: a raised register-usage
+level gains on register-hungry code, and a register cap below the code's registers spills and
+loses.  A prior learnt from some kernels must carry that rule to another, and a prior that learnt
+the opposite must cost the search only a few evaluations."""
 
 from __future__ import annotations
 
@@ -95,13 +95,15 @@ def test_learn_writes_a_model_that_carries_the_rule_to_an_unseen_kernel(learned)
     assert meta["features"] == list(FEATURES) and meta["kernels"] == 6 and meta["rows"] == 240
     prior = load(learned)
     assert prior is not None and "6 kernels of 3 projects" in prior.label
+    unseen = _kernel(140)
+    base = unseen({})[1]
     configs = [{"CUDA:register-usage-level": "10"}, {"CUDA:maxrregcount": "32"}, {}]
-    level10, cap32, baseline = prior.predict(configs)
-    assert level10 < -0.002 and cap32 > 0.05 and abs(baseline) < 0.005
-    contributions = prior.contributions({"CUDA:register-usage-level": "10", "CUDA:restrict": "on"})
-    # The options set, and the interactions of those left as they were.
-    assert set(contributions) == {"register-usage-level", "restrict", "other options"}
-    assert contributions["register-usage-level"] < -0.002 < contributions["restrict"]
+    # Compiled (code features known) and not compiled yet (options and the baseline's code only).
+    for features in ([unseen({k.split(":")[1]: v for k, v in c.items()})[1] for c in configs], [None] * 3):
+        level10, cap32, baseline = prior.predict(configs, features, base)
+        assert level10 < -0.005 and cap32 > 0.05 and abs(baseline) < 0.005
+    contributions = prior.contributions({"CUDA:register-usage-level": "10"}, None, base)
+    assert min(contributions, key=contributions.get) == "register-usage-level"
 
 
 def test_the_shipped_model_is_what_learn_makes_of_the_committed_corpus(tmp_path):
@@ -140,14 +142,15 @@ def _search(measure, prior, budget: int) -> list[float]:
     """A closed search over a kernel's table (every configuration compiled): the ratios measured."""
     configs = _configs(60, 5)
     results = {config_key(c): measure(c) for c in configs}
-    base_time = results[config_key({})][0]
+    base_time, base_features = results[config_key({})]
     keyed = [{f"CUDA:{k}": v for k, v in c.items()} for c in configs]
     known = [Candidate(k, config_key(k), results[config_key(c)][1])
              for k, c in zip(keyed, configs, strict=True)]
     history: list[Trial] = []
     strategy = ModelGuided(prior=prior)
     while len(history) < budget:
-        context = Context(SPACE, history, known, closed=True, budget=budget, baseline_code=config_key({}))
+        context = Context(SPACE, history, known, closed=True, budget=budget, baseline_code=config_key({}),
+                          baseline_features=base_features)
         proposal = strategy.propose(context)
         if not isinstance(proposal, Proposal):
             break
@@ -208,7 +211,7 @@ def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(lear
 
     prior = load(learned)
     unseen = _kernel(140)
-    base_time = unseen({})[0]
+    base_time, base_features = unseen({})
 
     def code(config):  # only the register options reach the machine code
         return config_key({k: v for k, v in config.items() if "dlcm" not in k and "restrict" not in k})
@@ -216,7 +219,8 @@ def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(lear
     history: list[Trial] = []
     known: list[Candidate] = []
     for _ in range(30):
-        context = Context(SPACE, history, known, budget=20, baseline_code=code(SPACE.default_config()))
+        context = Context(SPACE, history, known, budget=20, baseline_code=code(SPACE.default_config()),
+                          baseline_features=base_features)
         proposal = ModelGuided(prior=prior).propose(context)
         if not isinstance(proposal, Proposal) or proposal.phase != "prior":
             break
@@ -244,9 +248,11 @@ def test_guesses_in_flight_count_until_measured(tmp_path):
 
     _learn(_corpus(tmp_path / "opposite", rule=-1), tmp_path / "wrong.txt")
     wrong = load(tmp_path / "wrong.txt")
+    _, base_features = _kernel(140)({})
     history: list[Trial] = []
     for _ in range(6):  # six proposals in flight, none measured yet
-        context = Context(SPACE, history, budget=20, baseline_code=config_key({}))
+        context = Context(SPACE, history, budget=20, baseline_code=config_key({}),
+                          baseline_features=base_features)
         proposal = ModelGuided(prior=wrong).propose(context)
         assert isinstance(proposal, Proposal)
         history.append(Trial(proposal.config, None, False, pending=True, phase=proposal.phase))

@@ -66,6 +66,7 @@ class Context:
     closed: bool = False  # choose among `known` only
     budget: int | None = None  # distinct machine codes the search may measure
     baseline_code: str = ""
+    baseline_features: Mapping[str, float] = field(default_factory=dict)  # the project's flags' code
 
     @cached_property
     def measured(self) -> list[tuple[Config, Trial]]:

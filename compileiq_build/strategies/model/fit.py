@@ -21,7 +21,7 @@ import numpy as np
 
 from compileiq_build.space import Config, config_key
 from compileiq_build.strategies.base import Context, Trial
-from compileiq_build.strategies.model.features import _one_hot, _standardized_features
+from compileiq_build.strategies.model.features import _features, _one_hot, _standardized_features
 from compileiq_build.strategies.model.stop import _noise
 
 if TYPE_CHECKING:
@@ -40,9 +40,18 @@ TRANSFER_WEIGHT = 0.5
 PRIOR_SCALE_SD = 0.5
 
 
-def _prior_mean(prior: Prior | None, configs: Sequence[Config]) -> np.ndarray:
-    """The prior's log(cost ratio) of each configuration (0 without one)."""
-    return np.zeros(len(configs)) if prior is None else prior.predict(configs)
+def _learned(prior: Prior | None, context: Context) -> bool:
+    """Whether the prior informs this search: one is loaded and the baseline's code is known."""
+    return prior is not None and bool(context.baseline_features)
+
+
+def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
+    """The prior's log(cost ratio) of each configuration (0 without one), from its code's
+    features where compiled, else from its options and the baseline's code."""
+    if prior is None or not context.baseline_features:  # as `_learned`
+        return np.zeros(len(configs))
+    features = _features(context, configs, totals=False)
+    return prior.predict(configs, features, context.baseline_features)
 
 
 def _data(context: Context, transfer: Sequence[tuple[Config, Trial]]
@@ -70,7 +79,7 @@ def _predict(context: Context, transfer: Sequence[tuple[Config, Trial]], pool: l
     noise, _ = _noise(context.measured, assumed_noise)
     # The prior learned across kernels is the mean, times a scale fitted here (1 a priori): where
     # the measurements contradict it, the scale falls towards 0 and the search is as without it.
-    offset_train, offset_pool = _prior_mean(prior, train), _prior_mean(prior, pool)
+    offset_train, offset_pool = _prior_mean(prior, context, train), _prior_mean(prior, context, pool)
     target = target - offset_train
     x_train, x_pool = _one_hot(context.space, train), _one_hot(context.space, pool)
     spreads = np.full(x_train.shape[1], EFFECT_PRIOR)
@@ -78,7 +87,7 @@ def _predict(context: Context, transfer: Sequence[tuple[Config, Trial]], pool: l
         x_train = np.hstack([x_train, (weight < 1.0)[:, None].astype(float)])
         x_pool = np.hstack([x_pool, np.zeros((len(pool), 1))])
         spreads = np.append(spreads, EFFECT_PRIOR)
-    if prior is not None:
+    if _learned(prior, context):
         x_train = np.hstack([x_train, offset_train[:, None]])
         x_pool = np.hstack([x_pool, offset_pool[:, None]])
         spreads = np.append(spreads, PRIOR_SCALE_SD)

@@ -9,9 +9,8 @@
   configuration of the best predicted mean, one option or several, for the screening share of
   the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
   guesses of new code gained nothing beyond the noise (guesses in flight counting as such until
-  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the
-  one-option moves are compiled ahead, best predicted first: their code informs the fit, and a
-  move of code measured before costs nothing.
+  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the one-option moves are compiled ahead, best predicted
+  first, so that their code informs it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import numpy as np
 from compileiq_build.space import Config, Dimension, FlagSpace
 from compileiq_build.strategies.base import Context
 from compileiq_build.strategies.model.features import _best_ratio
-from compileiq_build.strategies.model.fit import _predict
+from compileiq_build.strategies.model.fit import _learned, _predict
 from compileiq_build.strategies.model.pool import _pool
 from compileiq_build.strategies.model.spills import _spilling
 from compileiq_build.strategies.model.stop import _free_streak, _noise, _repeats
@@ -109,7 +108,7 @@ def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
 def _moves(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:
     """The one-option moves in screening order; with a prior, best predicted first."""
     moves = screening_moves(context.space)
-    if prior is None:
+    if not _learned(prior, context):
         return moves
     mean, _ = _predict(context, [], moves, prior, assumed_noise)
     return [moves[i] for i in np.argsort(mean, kind="stable")]

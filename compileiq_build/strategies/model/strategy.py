@@ -1,8 +1,7 @@
 """ModelGuided, the default strategy: informative seeds, then a model of the measured landscape.
 
 `propose` takes the phases in turn, each proposal naming its phase for the log: transfer
-(transfer.py), prior and screen (screen.py; no screening once the prior's guesses gained beyond
-the noise), then combine and local (local.py) and model: the
+(transfer.py), prior or screen (screen.py), then combine and local (local.py) and model: the
 lowest confidence bound of the prediction (mean minus `kappa` standard deviations, fit.py) among
 the configurations the spill rule leaves (spills.py), until a stop rule holds (stop.py).  While
 the GPU measures, `scout` names what to compile ahead: the screening moves to come, then the
@@ -22,12 +21,12 @@ import numpy as np
 from compileiq_build.space import Config, config_key
 from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
 from compileiq_build.strategies.model.features import _best_ratio, _incumbent
-from compileiq_build.strategies.model.fit import _predict
+from compileiq_build.strategies.model.fit import _learned, _predict
 from compileiq_build.strategies.model.local import _combine, _unrefined
 from compileiq_build.strategies.model.pool import _pool
 from compileiq_build.strategies.model.screen import _moves, _prior_guess, _screen, _screening
 from compileiq_build.strategies.model.spills import _spill_bytes, _spilling
-from compileiq_build.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left, _noise
+from compileiq_build.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left
 from compileiq_build.strategies.model.transfer import _fits, _transfer, _transfers
 
 if TYPE_CHECKING:
@@ -54,18 +53,12 @@ class ModelGuided:
         if not _transfers(transfer, context.measured):
             transfer = []
         # What transferred from other targets informs the model as screening would.
-        if (not transfer and self.prior is not None
+        if (not transfer and _learned(self.prior, context)
                 and (guess := _prior_guess(context, rng, self.prior, self.noise)) is not None):
             return Proposal(guess, "prior")
-        if not transfer and not self._prior_found(context) and (move := _screen(context)) is not None:
+        if not transfer and (move := _screen(context)) is not None:
             return Proposal(move, "screen")
         return self._refine(context, transfer, rng)
-
-    def _prior_found(self, context: Context) -> bool:
-        """Whether the prior's guesses beat the project's flags beyond the noise: the search then
-        refines around them, as moves away from the project's flags would measure far from the
-        best (leave-one-project-out: benchmarks/results/prior/README.md)."""
-        return self.prior is not None and _best_ratio(context) < 1 - _noise(context.measured, self.noise)[0]
 
     def _refine(self, context: Context, transfer: Sequence[tuple[Config, Trial]],
                 rng: random.Random) -> Proposal | Stop:
@@ -111,7 +104,7 @@ class ModelGuided:
         spill last."""
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
-        if _screening(context) and not self._prior_found(context):
+        if _screening(context):
             moves = [m for m in _moves(context, self.prior, self.noise)
                      if context.fresh(m) and config_key(m) not in known
                      and (available is None or config_key(m) in available)]
