@@ -9,8 +9,8 @@
   configuration of the best predicted mean, one option or several, for the screening share of
   the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
   guesses of new code gained nothing beyond the noise (guesses in flight counting as such until
-  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the one-option moves are compiled ahead, best predicted
-  first, so that their code informs it.
+  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the
+  one-option moves are compiled ahead, best predicted first, so that their code informs it.
 """
 
 from __future__ import annotations
