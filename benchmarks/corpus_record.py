@@ -382,12 +382,17 @@ def table_rows(dims: Sequence[Dimension], builds: Sequence[Build], kernel: str,
             continue
         row = labels(dims, b.config)
         row["time"] = repr(timing.baseline_ms * est.ratio)
-        row["code"] = code[:16]
+        row["code"] = short_code(code)
         row["spread"] = "" if est.spread is None else repr(est.spread)
         feats = b.features.get(kernel, {})
         row.update({f"feature:{n}": repr(feats[n]) if n in feats else "" for n in feature_names})
         rows.append(row)
     return rows
+
+
+def short_code(code: str) -> str:
+    """A code digest as the tables hold it: its first 16 hex digits."""
+    return code[:16]
 
 
 def write_table(path: Path, dims: Sequence[Dimension], rows: Sequence[dict[str, str]]) -> None:

@@ -14,16 +14,23 @@ is).  The fraction is (baseline - found) / (baseline - optimum) of the table's t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+
 from benchmarks import corpus_record
+from compileiq_build import codeinfo
 from compileiq_build.prior import read_table
 from compileiq_build.selection import outcomes, pairs
 from compileiq_build.space import DEFAULT
 from compileiq_build.store import read_store
 from compileiq_build.workspace import STORE
+
+_ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
 
 
 def first_evaluations(build_dir: Path, target: str | None, within: int) -> tuple[str, list]:
@@ -68,7 +75,20 @@ def code_of(config: dict[str, str], meta: dict, manifest: Path) -> str:
                                             dims, [full], Path(tmp), meta.get("arch", "sm_90"), 1)
         if build.error:
             raise SystemExit(f"cannot compile {config}: {build.error}")
-        return build.kernels.get(meta["kernel"], "")
+        return build.kernels.get(meta["kernel"]) or _renamed_code(build.cubin, meta["kernel"])
+
+
+def _renamed_code(cubin: Path, kernel: str) -> str:
+    """The code digest of `kernel` where it is in an anonymous namespace: nvcc names those by
+    the source's path, which differs from the recorder's, so the function of the same name but
+    for that part is digested under the name the table has."""
+    def bare(name: str) -> str:
+        return _ANONYMOUS.sub("", name)
+
+    for name, code in codeinfo.sass_functions(codeinfo._cuobjdump(cubin) or b""):
+        if bare(name) == bare(kernel):
+            return hashlib.sha256(code.replace(name.encode(), kernel.encode())).hexdigest()
+    return ""
 
 
 def main() -> None:
@@ -96,9 +116,7 @@ def main() -> None:
         if rows:
             found_time, how = table.times[rows[0]], "the table's row of that configuration"
         elif args.manifest:
-            code = code_of(wanted, meta, args.manifest)
-            import pandas as pd
-
+            code = corpus_record.short_code(code_of(wanted, meta, args.manifest))
             codes = list(pd.read_csv(args.table, dtype=str, keep_default_na=False)["code"])
             rows = [i for i, c in enumerate(codes) if c == code]
             if not rows:

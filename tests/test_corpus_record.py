@@ -4,6 +4,7 @@ ptxas and cuobjdump on a tiny two-kernel source, and its shim's build (no GPU ne
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
 import subprocess
@@ -172,3 +173,25 @@ def test_the_shim_builds_and_exports_the_runtime_entry_points(tmp_path: Path) ->
     undefined = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], capture_output=True,
                                text=True, check=True).stdout
     assert " cu" not in undefined  # no link to libcudart or libcuda: found at run time
+
+
+def test_a_table_code_comes_back_from_its_source(tmp_path: Path) -> None:
+    """The sample gemm table's code of its best row is what its source compiles to under that
+    row's configuration, as `live_vs_table` compiles it to look a live run's find up."""
+    if not find_tool("nvcc") or not find_tool("cuobjdump"):
+        pytest.skip("nvcc or cuobjdump is not installed")
+    from benchmarks.live_vs_table import code_of
+
+    root = Path(__file__).resolve().parents[1]
+    table = root / "benchmarks/corpus/tables/sample__gemm__sgemm_reg8x8.csv"
+    meta = json.loads(table.with_suffix(".json").read_text())
+    with table.open() as f:
+        best = min(csv.DictReader(f), key=lambda row: float(row["time"]))
+    manifest = tmp_path / "manifest.json"
+    entry = {"project": "sample", "program": "gemm", "dir": str(root / "sample_project"),
+             "kernel_source": meta["kernel_source"], "nvcc_args": meta["nvcc_args"],
+             "sources": meta["kernel_source"], "run": "unused"}
+    manifest.write_text(json.dumps([entry]))
+    config = {d.name: best[d.name] for d in cr.dimensions()}
+    assert config != {name: DEFAULT for name in config}
+    assert cr.short_code(code_of(config, meta, manifest)) == best["code"]
