@@ -7,8 +7,10 @@ its time up in the table, by configuration, else by the kernel's code (its sourc
 under that configuration as the recorder compiles it, with --manifest naming where the source
 is).  The fraction is (baseline - found) / (baseline - optimum) of the table's times.
 
-    python -m benchmarks.live_vs_table BUILD_DIR TABLE.csv [--target T] [--within 10]
-        [--manifest .corpus_src/manifest.json]
+    python -m benchmarks.live_vs_table TABLE.csv (--build-dir BUILD_DIR | --config KEY)
+        [--target T] [--within 10] [--manifest .corpus_src/manifest.json]
+
+--config looks up one configuration as a tune log prints it, where the run's store was not kept.
 """
 
 from __future__ import annotations
@@ -91,48 +93,57 @@ def _renamed_code(cubin: Path, kernel: str) -> str:
     return ""
 
 
+def table_time(table_path: Path, config_key: str, manifest: Path | None) -> tuple[float, str]:
+    """The table's time of a configuration: its row, else the row of the kernel's code under it."""
+    table = read_table(table_path)
+    wanted = table_config(config_key)
+    rows = [i for i, c in enumerate(table.configs)
+            if all(c.get(k, DEFAULT) == wanted.get(k, DEFAULT) for k in c)]
+    if rows:
+        return table.times[rows[0]], "the table's row of that configuration"
+    if not manifest:
+        raise SystemExit(f"{config_key} is not a row of the table: give --manifest to compile it")
+    meta = json.loads(table_path.with_suffix(".json").read_text())
+    code = corpus_record.short_code(code_of(wanted, meta, manifest))
+    codes = list(pd.read_csv(table_path, dtype=str, keep_default_na=False)["code"])
+    if code not in codes:
+        raise SystemExit(f"{config_key}: its code {code} is not in the table")
+    return table.times[codes.index(code)], f"the table's row of its code {code}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("build_dir", type=Path)
     p.add_argument("table", type=Path)
+    found = p.add_mutually_exclusive_group(required=True)
+    found.add_argument("--build-dir", type=Path, help="the live run's build folder (its store)")
+    found.add_argument("--config", help="a configuration as the tune log prints it "
+                       "('CUDA:dlcm=cs CUDA:restrict=on'), where the store was not kept")
     p.add_argument("--target")
     p.add_argument("--within", type=int, default=10)
     p.add_argument("--manifest", type=Path, help="where the kernel's source is, for configurations "
                    "the table does not hold")
     args = p.parse_args()
-    name, searched = first_evaluations(args.build_dir.resolve(), args.target, args.within)
-    best = min((o for o in searched if o.valid and o.ratio is not None), key=lambda o: o.ratio,
-               default=None)
     table = read_table(args.table)
-    meta = json.loads(args.table.with_suffix(".json").read_text())
     base, optimum = table.times[table.baseline], min(table.times)
-    if best is None or best.ratio >= 1:
-        found_key, found_time, how = "(baseline)", base, "no candidate faster than the baseline"
+    result: dict[str, object] = {"table": args.table.name}
+    if args.config:
+        found_key: str | None = args.config
     else:
-        found_key = best.evaluation.config_key
-        wanted = table_config(found_key)
-        rows = [i for i, c in enumerate(table.configs)
-                if all(c.get(k, DEFAULT) == wanted.get(k, DEFAULT) for k in c)]
-        if rows:
-            found_time, how = table.times[rows[0]], "the table's row of that configuration"
-        elif args.manifest:
-            code = corpus_record.short_code(code_of(wanted, meta, args.manifest))
-            codes = list(pd.read_csv(args.table, dtype=str, keep_default_na=False)["code"])
-            rows = [i for i, c in enumerate(codes) if c == code]
-            if not rows:
-                raise SystemExit(f"{found_key}: its code {code} is not in the table")
-            found_time, how = table.times[rows[0]], f"the table's row of its code {code}"
-        else:
-            raise SystemExit(f"{found_key} is not a row of the table: give --manifest to compile it")
+        name, searched = first_evaluations(args.build_dir.resolve(), args.target, args.within)
+        best = min((o for o in searched if o.valid and o.ratio is not None), key=lambda o: o.ratio,
+                   default=None)
+        found_key = best.evaluation.config_key if best and best.ratio is not None and best.ratio < 1 else None
+        result |= {"target": name, "within": args.within, "evaluations_read": len(searched),
+                   "tune_speedup": round(1 / best.ratio, 4) if best and best.ratio else None}
+    if found_key is None:
+        found_time, how = base, "no candidate faster than the baseline"
+    else:
+        found_time, how = table_time(args.table, found_key, args.manifest)
     gain = base - optimum
-    result = {
-        "target": name, "table": args.table.name, "within": args.within,
-        "evaluations_read": len(searched), "found": found_key,
-        "tune_speedup": round(1 / best.ratio, 4) if best and best.ratio else None,
-        "table_speedup_found": round(base / found_time, 4), "table_optimum": round(base / optimum, 4),
-        "fraction_of_optimum_gain": round((base - found_time) / gain, 3) if gain > 0 else None,
-        "looked_up_as": how,
-    }
+    result |= {"found": found_key or "(baseline)", "table_speedup_found": round(base / found_time, 4),
+               "table_optimum": round(base / optimum, 4),
+               "fraction_of_optimum_gain": round((base - found_time) / gain, 3) if gain > 0 else None,
+               "looked_up_as": how}
     print(json.dumps(result, indent=1))
 
 
