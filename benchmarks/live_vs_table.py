@@ -16,23 +16,20 @@ is).  The fraction is (baseline - found) / (baseline - optimum) of the table's t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 from benchmarks import corpus_record
+from benchmarks.search_replay import Table, load_table
 from compileiq_build import codeinfo
-from compileiq_build.prior import read_table
 from compileiq_build.selection import outcomes, pairs
 from compileiq_build.space import DEFAULT
 from compileiq_build.store import read_store
 from compileiq_build.workspace import STORE
 
-_ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+_ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
 
 
 def first_evaluations(build_dir: Path, target: str | None, within: int) -> tuple[str, list]:
@@ -82,33 +79,26 @@ def code_of(config: dict[str, str], meta: dict, manifest: Path) -> str:
 
 def _renamed_code(cubin: Path, kernel: str) -> str:
     """The code digest of `kernel` where it is in an anonymous namespace: nvcc names those by
-    the source's path, which differs from the recorder's, so the function of the same name but
-    for that part is digested under the name the table has."""
-    def bare(name: str) -> str:
-        return _ANONYMOUS.sub("", name)
-
-    for name, code in codeinfo.sass_functions(codeinfo._cuobjdump(cubin) or b""):
-        if bare(name) == bare(kernel):
-            return hashlib.sha256(code.replace(name.encode(), kernel.encode())).hexdigest()
-    return ""
+    the source's path, which differs from the recorder's, so the SASS is digested (as the
+    recorder digests it) with the namespace named as in the table's kernel."""
+    theirs = _ANONYMOUS.search(kernel.encode())
+    if theirs is None:
+        return ""
+    sass = _ANONYMOUS.sub(theirs[0], codeinfo._cuobjdump(cubin) or b"")
+    return corpus_record.sass_digests(sass)[1].get(kernel, "")
 
 
-def table_time(table_path: Path, config_key: str, manifest: Path | None) -> tuple[float, str]:
+def table_time(table: Table, meta: dict, config_key: str, manifest: Path | None) -> tuple[float, str]:
     """The table's time of a configuration: its row, else the row of the kernel's code under it."""
-    table = read_table(table_path)
     wanted = table_config(config_key)
-    rows = [i for i, c in enumerate(table.configs)
-            if all(c.get(k, DEFAULT) == wanted.get(k, DEFAULT) for k in c)]
-    if rows:
-        return table.times[rows[0]], "the table's row of that configuration"
+    if (row := table.index(wanted)) is not None:
+        return table.times[row], "the table's row of that configuration"
     if not manifest:
         raise SystemExit(f"{config_key} is not a row of the table: give --manifest to compile it")
-    meta = json.loads(table_path.with_suffix(".json").read_text())
     code = corpus_record.short_code(code_of(wanted, meta, manifest))
-    codes = list(pd.read_csv(table_path, dtype=str, keep_default_na=False)["code"])
-    if code not in codes:
+    if code not in table.codes:
         raise SystemExit(f"{config_key}: its code {code} is not in the table")
-    return table.times[codes.index(code)], f"the table's row of its code {code}"
+    return table.times[table.codes.index(code)], f"the table's row of its code {code}"
 
 
 def main() -> None:
@@ -123,8 +113,9 @@ def main() -> None:
     p.add_argument("--manifest", type=Path, help="where the kernel's source is, for configurations "
                    "the table does not hold")
     args = p.parse_args()
-    table = read_table(args.table)
-    base, optimum = table.times[table.baseline], min(table.times)
+    table = load_table(args.table)
+    meta = json.loads(args.table.with_suffix(".json").read_text())
+    base, optimum = table.times[table.baseline], table.optimum
     result: dict[str, object] = {"table": args.table.name}
     if args.config:
         found_key: str | None = args.config
@@ -138,7 +129,7 @@ def main() -> None:
     if found_key is None:
         found_time, how = base, "no candidate faster than the baseline"
     else:
-        found_time, how = table_time(args.table, found_key, args.manifest)
+        found_time, how = table_time(table, meta, found_key, args.manifest)
     gain = base - optimum
     result |= {"found": found_key or "(baseline)", "table_speedup_found": round(base / found_time, 4),
                "table_optimum": round(base / optimum, 4),
