@@ -13,7 +13,7 @@ configuration: the options, `time`, `code`, `spread`, `feature:all:*`) and a `.j
 measured beside it, with a line per program in `<out>/record.log`.  A kernel is tabled with at
 least 8 rounds and a baseline median of 3 us; a row's `time` is the baseline's median times the
 median of the variant's per-round ratios to the baseline, `spread` the relative half-width of the
-95% sign-test interval of that median (compileiq_build.stats).  DIR/work/<project>__<program>/
+95% sign-test interval of that median (compileiq_build.decide.stats).  DIR/work/<project>__<program>/
 keeps the build and run logs, the variants' cubins and the shim's rows (shim.csv).
 
     python -m benchmarks.corpus_record MANIFEST --out DIR [--programs a,b] [--jobs N]
@@ -53,10 +53,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compileiq_build import codeinfo
-from compileiq_build.environment import find_tool
-from compileiq_build.space import DEFAULT, Config, Dimension, _cuda_dimensions, config_key
-from compileiq_build.stats import ratio_estimate
+from compileiq_build.build import codeinfo
+from compileiq_build.build.space import DEFAULT, Config, Dimension, _cuda_dimensions, config_key
+from compileiq_build.decide.stats import ratio_estimate
+from compileiq_build.machine.environment import find_tool
 
 SHIM_SOURCE = Path(__file__).parent / "corpus" / "swap.cpp"
 # Options that act in cicc (they change the PTX): one PTX per combination of them.
@@ -328,7 +328,7 @@ def read_shim_csv(path: Path) -> dict[str, dict[int, dict[str, float]]]:
 def kernel_timing(kernel: str, rounds: dict[int, dict[str, float]],
                   baseline: str = BASELINE_ID) -> KernelTiming:
     """Per variant, the median of its per-round ratios to the baseline's time in that round and
-    the sign-test interval of that median (compileiq_build.stats)."""
+    the sign-test interval of that median (compileiq_build.decide.stats)."""
     valid = {r: v for r, v in rounds.items() if math.isfinite(v.get(baseline, math.nan)) and v[baseline] > 0}
     base = [v[baseline] for v in valid.values()]
     timed = sum(ms for v in rounds.values() for ms in v.values() if math.isfinite(ms))

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from benchmarks import corpus_record
 from benchmarks.search_replay import Table, load_table
-from compileiq_build import codeinfo
-from compileiq_build.selection import outcomes, pairs
-from compileiq_build.space import DEFAULT
-from compileiq_build.store import read_store
-from compileiq_build.workspace import STORE
+from compileiq_build.build import codeinfo
+from compileiq_build.build.space import DEFAULT
+from compileiq_build.decide.selection import outcomes, pairs
+from compileiq_build.project.workspace import STORE
+from compileiq_build.store.database import read_store
 
 _ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
 

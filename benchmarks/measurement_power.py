@@ -38,12 +38,13 @@ from dataclasses import asdict, replace
 from itertools import pairwise
 from pathlib import Path
 
-from compileiq_build import cmake_dir, environment
-from compileiq_build.gpu import GpuMonitor, slowdowns
-from compileiq_build.measure import run_workload
-from compileiq_build.project import load_manifest
-from compileiq_build.racing import NORMAL_STEP, Race, Sampling, raced_out, sampling_done
-from compileiq_build.stats import ratio_estimate
+from compileiq_build import cmake_dir
+from compileiq_build.decide.racing import NORMAL_STEP, Race, Sampling, raced_out, sampling_done
+from compileiq_build.decide.stats import ratio_estimate
+from compileiq_build.machine import environment
+from compileiq_build.machine.gpu import GpuMonitor, slowdowns
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.run.measure import run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 NZ = 517  # against n = 512: 0.98% more planes

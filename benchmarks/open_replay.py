@@ -26,10 +26,10 @@ import statistics
 import sys
 
 from benchmarks.synthetic import DIMS, Landscape, code_label
-from compileiq_build.pipeline import CANDIDATES_PER_EVALUATION
-from compileiq_build.space import DEFAULT, FlagSpace, config_key, dimensions_for
-from compileiq_build.strategies import Candidate, Context, Proposal, Trial
-from compileiq_build.strategies.model import ModelGuided
+from compileiq_build.build.space import DEFAULT, FlagSpace, config_key, dimensions_for
+from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
+from compileiq_build.search.strategies import Candidate, Context, Proposal, Trial
+from compileiq_build.search.strategies.model import ModelGuided
 
 SPACE = FlagSpace(tuple(d for d in dimensions_for("CUDA") if d.name in DIMS))
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compileiq_build.prior import (
+from compileiq_build.search.prior import (
     CATEGORIES,
     FEATURES,
     PARAMS,

@@ -32,9 +32,9 @@ from pathlib import Path
 
 from benchmarks.peers import PEERS, PeerUnavailable
 from benchmarks.search_replay import Table, load_table, run_ours, run_peer
-from compileiq_build.prior import Prior, fit, read_table
-from compileiq_build.strategies import RandomSearch
-from compileiq_build.strategies.model import ModelGuided
+from compileiq_build.search.prior import Prior, fit, read_table
+from compileiq_build.search.strategies import RandomSearch
+from compileiq_build.search.strategies.model import ModelGuided
 
 OURS = ("model+prior", "model")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from compileiq_build.racing import Race, Sampling, raced_out, sampling_done
-from compileiq_build.stats import ratio_estimate
+from compileiq_build.decide.racing import Race, Sampling, raced_out, sampling_done
+from compileiq_build.decide.stats import ratio_estimate
 
 NOISES = (0.001, 0.003, 0.005, 0.008, 0.015, 0.03, 0.05)
 RATIOS = (1.0, 0.995, 0.99, 0.98, 0.95)

@@ -40,9 +40,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.peers import PEERS, BudgetSpent, Free, PeerUnavailable
-from compileiq_build.pipeline import CANDIDATES_PER_EVALUATION
-from compileiq_build.space import DEFAULT, Dimension, FlagSpace, dimensions_for
-from compileiq_build.strategies import (
+from compileiq_build.build.space import DEFAULT, Dimension, FlagSpace, dimensions_for
+from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
+from compileiq_build.search.strategies import (
     Candidate,
     Context,
     Exhaustive,
@@ -52,7 +52,7 @@ from compileiq_build.strategies import (
     Strategy,
     Trial,
 )
-from compileiq_build.strategies.model import ModelGuided
+from compileiq_build.search.strategies.model import ModelGuided
 
 LANGUAGE = "T"  # dimension keys are "T:<column>"
 

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq_build.space import DEFAULT, dimensions_for
+from compileiq_build.build.space import DEFAULT, dimensions_for
 
 # The default space of `tune`: the numerics-changing options are left out unless asked for.
 DIMS = {d.name: d.values for d in dimensions_for("CUDA") if not d.numerics}

@@ -147,7 +147,7 @@ def _tune_options(args: argparse.Namespace) -> TuneOptions:
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
-    from compileiq_build.workspace import STORE
+    from compileiq_build.project.workspace import STORE
 
     if not args.fresh or args.yes or not (build_dir / STORE).exists():
         return
@@ -159,7 +159,7 @@ def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
 
 
 def _print_pending(decisions) -> None:
-    from compileiq_build.report import pending_text
+    from compileiq_build.results.report import pending_text
 
     for d in decisions:
         if d.pending:
@@ -193,8 +193,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _tune(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.progress import Reporter
-    from compileiq_build.tune import tune
+    from compileiq_build.results.progress import Reporter
+    from compileiq_build.stages.tune import tune
 
     _confirm_fresh(args, args.build_dir.resolve())
     _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
@@ -202,8 +202,8 @@ def _tune(args: argparse.Namespace, command: str) -> int:
 
 
 def _profile(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.progress import Reporter
-    from compileiq_build.tune import profile
+    from compileiq_build.results.progress import Reporter
+    from compileiq_build.stages.tune import profile
 
     options = TuneOptions(targets=args.targets, gpus=args.gpus, allow_shared_gpu=args.allow_shared_gpu)
     print("\n".join(profile(args.build_dir, options, Reporter(), command)) or
@@ -213,7 +213,7 @@ def _profile(args: argparse.Namespace, command: str) -> int:
 
 def _demo(args: argparse.Namespace, command: str) -> int:
     from compileiq_build.demo import demo
-    from compileiq_build.progress import Reporter
+    from compileiq_build.results.progress import Reporter
 
     if args.workdir:
         _confirm_fresh(args, (args.workdir / "build").resolve())
@@ -222,7 +222,7 @@ def _demo(args: argparse.Namespace, command: str) -> int:
 
 
 def _report(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.report import export, html, report, table
+    from compileiq_build.results.report import export, html, report, table
 
     print(report(args.build_dir))
     if args.table:
@@ -238,7 +238,7 @@ def _report(args: argparse.Namespace, command: str) -> int:
 
 
 def _learn(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.learn import learn
+    from compileiq_build.search.learn import learn
 
     done = learn(args.corpus, args.add, args.output)
     print(f"prior written to {done.path}: {done.kernels} kernels of {len(done.projects)} projects, "
@@ -247,7 +247,7 @@ def _learn(args: argparse.Namespace, command: str) -> int:
 
 
 def _emit(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.report import emit
+    from compileiq_build.results.report import emit
 
     path, decisions = emit(args.build_dir, args.output, args.merge)
     _print_pending(decisions)
@@ -256,7 +256,7 @@ def _emit(args: argparse.Namespace, command: str) -> int:
 
 
 def _space(args: argparse.Namespace, command: str) -> int:
-    from compileiq_build.report import show_space
+    from compileiq_build.results.report import show_space
 
     print(show_space(args.language or ["CUDA", "CXX"], args.allow_numerics_change,
                      args.allow_host_specific, lambda text: print(text, file=sys.stderr, flush=True)))

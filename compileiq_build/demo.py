@@ -8,12 +8,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from compileiq_build import cmake_dir, environment, process
+from compileiq_build import cmake_dir
 from compileiq_build.errors import CompileIQError
+from compileiq_build.machine import environment, process
 from compileiq_build.options import TuneOptions
-from compileiq_build.progress import Reporter
-from compileiq_build.project import load_project
-from compileiq_build.tune import TuneResult, tune
+from compileiq_build.project.manifest import load_project
+from compileiq_build.results.progress import Reporter
+from compileiq_build.stages.tune import TuneResult, tune
 
 CONFIGURE_TIMEOUT_S = 600  # CMake's CUDA checks take seconds; a hang must not take the whole demo
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compileiq_build import __version__, cmake_dir, environment
-from compileiq_build.workspace import Workspace
+from compileiq_build import __version__, cmake_dir
+from compileiq_build.machine import environment
+from compileiq_build.project.workspace import Workspace
 
 _FIXES = {
     "cmake": "python -m pip install cmake",
@@ -23,7 +24,7 @@ _OPTIONAL = ("nvcc", "cuobjdump", "nvdisasm", "ncu")
 def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
     """Whether a build folder was configured with this CompileIQ module, and how to fix it."""
     from compileiq_build.errors import CompileIQError
-    from compileiq_build.project import load_project
+    from compileiq_build.project.manifest import load_project
 
     fix = (f"configure it: cmake -S <source> -B {build_dir} -G Ninja "
            "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)")

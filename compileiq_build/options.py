@@ -13,12 +13,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
-
-from compileiq_build.strategies import STRATEGIES
-
-if TYPE_CHECKING:
-    from compileiq_build.racing import Sampling
+from typing import Any, TypedDict
 
 # --help lists the options in these groups, in this order: the search, where it builds and
 # measures, how it measures, and what the search starts from.
@@ -26,6 +21,9 @@ GROUPS = ("search", "where", "measuring", "start")
 
 # The demo's own defaults.  Six candidates are few for the model's phases; staged's single
 # changes found gemm's gain.
+# The strategies a user can name; search/strategies/ holds a factory for each (a test checks both agree).
+STRATEGIES = ("model", "staged", "random", "exhaustive", "survey")
+
 DEMO_DEFAULTS: dict[str, Any] = {"budget": 6, "strategy": "staged"}
 
 
@@ -196,10 +194,3 @@ class TuneOptions:
         negation=("--resume", "continue the search stored in this build folder, as tune does "
                   "without the flag: what was measured is not measured again and counts against "
                   "--budget; an evaluation cut short is measured afresh")))
-
-    def sampling(self) -> Sampling:
-        """How the search pairs runs (validation and minimizing: twice as many)."""
-        from compileiq_build.racing import Sampling  # numpy: not for the CLI's --help
-
-        return Sampling(self.repeats, max(self.repeats, self.max_repeats), self.precision,
-                        self.measure_time_cap)

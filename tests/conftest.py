@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from compileiq_build import cmake_dir, environment
-from compileiq_build.build import BuildTree
-from compileiq_build.evaluate import Evaluator, Sampling
-from compileiq_build.measure import Sample
-from compileiq_build.progress import Reporter
-from compileiq_build.project import load_project
-from compileiq_build.store import MEASURED, Store, open_store
-from compileiq_build.workers import LocalWorker
+from compileiq_build import cmake_dir
+from compileiq_build.build.trees import BuildTree
+from compileiq_build.evaluate.evaluator import Evaluator, Sampling
+from compileiq_build.machine import environment
+from compileiq_build.project.manifest import load_project
+from compileiq_build.results.progress import Reporter
+from compileiq_build.run.worker import LocalWorker
+from compileiq_build.store.database import MEASURED, Store, open_store
+from compileiq_build.store.records import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

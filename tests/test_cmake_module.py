@@ -13,10 +13,10 @@ import pytest
 from conftest import compile_commands
 
 from compileiq_build import cmake_dir
-from compileiq_build.project import load_manifest
-from compileiq_build.selection import Winner, WorkloadGain
-from compileiq_build.stats import RatioEstimate
-from compileiq_build.toolchain import Provenance, render
+from compileiq_build.decide.selection import Winner, WorkloadGain
+from compileiq_build.decide.stats import RatioEstimate
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.results.toolchain import Provenance, render
 
 
 def test_manifest_lists_targets_benchmarks_and_compilers(cxx_project, configure):
@@ -331,7 +331,7 @@ def test_another_compiler_version_warns_and_drops_rejected_flags(cxx_project, co
 
 
 def test_same_compiler_applies_flags_without_checks(cxx_project, configure):
-    from compileiq_build.project import load_manifest as load
+    from compileiq_build.project.manifest import load_manifest as load
 
     build = cxx_project / "probe"
     configure(cxx_project, build)

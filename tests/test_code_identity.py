@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.build import BuildTree
-from compileiq_build.codeinfo import code_digest, object_files, read_code
-from compileiq_build.environment import find_tool
-from compileiq_build.project import load_manifest
-from compileiq_build.workspace import MANIFEST
+from compileiq_build.build.codeinfo import code_digest, object_files, read_code
+from compileiq_build.build.trees import BuildTree
+from compileiq_build.machine.environment import find_tool
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.project.workspace import MANIFEST
 
 GEMM = "_Z9gemm_rowsPfPKfS1_i"  # 64 live values: a cap of 32 registers changes its SASS
 AXPY = "_Z4axpyPfPKffi"  # a few registers: the cap leaves it alone

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from compileiq_build.codeinfo import code_digest, code_features, object_files, read_code
-from compileiq_build.environment import find_tool
+from compileiq_build.build.codeinfo import code_digest, code_features, object_files, read_code
+from compileiq_build.machine.environment import find_tool
 
 KERNEL = """
 __global__ void k(float* a, const float* b, int n) {

@@ -14,10 +14,10 @@ import pytest
 
 from benchmarks import corpus_record as cr
 from benchmarks.search_replay import load_table
-from compileiq_build import codeinfo
-from compileiq_build.codeinfo import read_code
-from compileiq_build.environment import find_tool
-from compileiq_build.space import DEFAULT
+from compileiq_build.build import codeinfo
+from compileiq_build.build.codeinfo import read_code
+from compileiq_build.build.space import DEFAULT
+from compileiq_build.machine.environment import find_tool
 
 # `light` needs few registers (a cap of 32 leaves its code alone); `hungry` keeps 64 values live,
 # so a cap of 32 registers changes its code.

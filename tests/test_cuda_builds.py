@@ -10,13 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.build import BuildTree
-from compileiq_build.environment import find_tool
-from compileiq_build.evaluate import Evaluator, Sampling
-from compileiq_build.progress import Reporter
-from compileiq_build.project import load_project
-from compileiq_build.store import open_store
-from compileiq_build.workers import BASELINE_SLOT, LocalWorker
+from compileiq_build.build.trees import BuildTree
+from compileiq_build.evaluate.evaluator import Evaluator, Sampling
+from compileiq_build.machine.environment import find_tool
+from compileiq_build.project.manifest import load_project
+from compileiq_build.results.progress import Reporter
+from compileiq_build.run.worker import BASELINE_SLOT, LocalWorker
+from compileiq_build.store.database import open_store
 
 
 def test_cuda_candidates_compile_ahead_with_digests_and_features(tmp_path, configure, nvcc):

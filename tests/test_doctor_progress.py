@@ -10,10 +10,10 @@ import sys
 
 from rich.console import Console
 
-from compileiq_build.progress import Reporter
-from compileiq_build.selection import Outcome
-from compileiq_build.stats import RatioEstimate
-from compileiq_build.store import EvaluationRow
+from compileiq_build.decide.selection import Outcome
+from compileiq_build.decide.stats import RatioEstimate
+from compileiq_build.results.progress import Reporter
+from compileiq_build.store.database import EvaluationRow
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -103,8 +103,9 @@ def test_a_resumed_run_shows_the_best_of_earlier_runs():
 
 
 def test_one_warning_per_workload_for_gpu_slowdowns():
-    from compileiq_build.measure import Run, Sample
-    from compileiq_build.pairing import warn_slowdowns
+    from compileiq_build.evaluate.pairing import warn_slowdowns
+    from compileiq_build.run.measure import Run
+    from compileiq_build.store.records import Sample
 
     out = io.StringIO()
     reporter = Reporter(Console(file=out, force_terminal=False, width=200))

@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from compileiq_build import effects
-from compileiq_build.effects import one_option_moves, removals
-from compileiq_build.html_report import render_html
-from compileiq_build.measure import Sample
-from compileiq_build.selection import SAME_AS_BASELINE, Winner, decide, outcomes
-from compileiq_build.store import MEASURED, Store
+from compileiq_build.decide.selection import SAME_AS_BASELINE, Winner, decide, outcomes
+from compileiq_build.results import effects
+from compileiq_build.results.effects import one_option_moves, removals
+from compileiq_build.results.html import render_html
+from compileiq_build.store.database import MEASURED, Store
+from compileiq_build.store.records import Sample
 
 ARCH = {"CUDA": "sm_90"}
 WORKLOAD = "sgemm[--n 4096]"

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from compileiq_build import environment
-from compileiq_build.project import load_project
-from compileiq_build.tune import _numerics_checks
+from compileiq_build.machine import environment
+from compileiq_build.project.manifest import load_project
+from compileiq_build.stages.tune import _numerics_checks
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

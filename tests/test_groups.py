@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, compile_commands
 
-from compileiq_build.codeinfo import object_files
-from compileiq_build.project import load_manifest
+from compileiq_build.build.codeinfo import object_files
+from compileiq_build.project.manifest import load_manifest
 
 
 @pytest.fixture
@@ -98,8 +98,8 @@ def test_tune_two_groups_and_the_toolchain_reaches_exactly_their_sources(groups_
 def test_tuning_trees_follow_groups_added_after_they_were_configured(groups_project, configure):
     """The flow `profile` proposes: add its groups to the CMakeLists, configure, tune again. A tree
     configured before kept its old manifest, without the new group (found on ggml)."""
-    from compileiq_build.build import BuildTree
-    from compileiq_build.project import load_project
+    from compileiq_build.build.trees import BuildTree
+    from compileiq_build.project.manifest import load_project
 
     build = groups_project / "build"
     configure(groups_project, build)

@@ -89,11 +89,40 @@ def mermaid(graph: dict[str, set[str]]) -> str:
 
 def test_the_graph_holds_every_module_and_its_imports():
     graph = import_graph()
-    assert {"compileiq_build", "compileiq_build.tune", "compileiq_build.strategies.model.fit"} <= set(graph)
-    assert "compileiq_build.racing" in graph["compileiq_build.pairing"]
-    assert "compileiq_build.strategies.base" in graph["compileiq_build.strategies.model.fit"]
-    assert "compileiq_build.strategies.model" in graph["compileiq_build.strategies"]  # inside a function
-    assert "compileiq_build.prior" in graph["compileiq_build.strategies.model.fit"]  # under TYPE_CHECKING
+    fit = "compileiq_build.search.strategies.model.fit"
+    assert {"compileiq_build", "compileiq_build.stages.tune", fit} <= set(graph)
+    assert "compileiq_build.decide.racing" in graph["compileiq_build.evaluate.pairing"]
+    assert "compileiq_build.search.strategies.base" in graph[fit]
+    assert "compileiq_build.search.prior" in graph[fit]  # under TYPE_CHECKING
+
+
+# The package's layers, lowest first: a module imports only from its own layer and those below.
+# The top-level modules other than the CLI's sit in the base layer (they import nothing above it).
+LAYERS = (
+    ("compileiq_build", "errors", "notes", "options"),
+    ("machine",), ("project",), ("store",), ("build",), ("run",), ("decide",), ("evaluate",),
+    ("results",), ("search",), ("stages",),
+    ("cli", "demo", "doctor", "__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    part = _label(module).removesuffix("/__init__").split(".")[0]
+    return next(n for n, layer in enumerate(LAYERS) if part in layer)
+
+
+def test_the_subpackages_are_layers_no_import_runs_back_up():
+    graph = import_graph()
+    upward = sorted(f"{_label(m)} -> {_label(d)}" for m, deps in graph.items() for d in deps
+                    if layer_of(d) > layer_of(m))
+    assert not upward, f"imports against the layers {LAYERS}: {upward}"
+
+
+def test_the_package_top_level_holds_at_most_twelve_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+    placed = {name for layer in LAYERS for name in layer} | {"__init__"}
+    assert {p.stem for p in PACKAGE.glob("*.py")} <= placed, "a top-level module the LAYERS do not place"
 
 
 def test_a_cycle_through_relative_and_lazy_imports_is_found(tmp_path):

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build import cmake_dir, project
+from compileiq_build import cmake_dir
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import TYPES, field_table, load_manifest, parse_manifest
+from compileiq_build.project import manifest
+from compileiq_build.project.manifest import TYPES, field_table, load_manifest, parse_manifest
 
 SECTIONS = {"manifest", "compilers", "targets", "per_language", "benchmarks"}
 
@@ -59,7 +60,7 @@ def _check(manifest: Path, seen: set[tuple[str, str]]) -> None:
 
 def test_the_table_is_well_formed():
     table = field_table()
-    assert table["schema"] == project.manifest_schema() == 1
+    assert table["schema"] == manifest.manifest_schema() == 1
     assert set(table["sections"]) == SECTIONS
     for name, section in table["sections"].items():
         names = [f["name"] for f in section["fields"]]
@@ -73,7 +74,7 @@ def test_the_table_is_well_formed():
 
 
 def test_the_table_ships_with_the_cmake_module():
-    assert (cmake_dir() / project.FIELD_TABLE).is_file()
+    assert (cmake_dir() / manifest.FIELD_TABLE).is_file()
     assert (cmake_dir() / "CompileIQConfig.cmake").is_file()
 
 
@@ -104,7 +105,7 @@ def test_every_field_of_the_table_is_written(tmp_path, configure, nvcc):
 def test_cmake_without_the_table_stops_with_what_to_do(tmp_path, configure):
     module = tmp_path / "module"
     shutil.copytree(cmake_dir(), module)
-    (module / project.FIELD_TABLE).unlink()
+    (module / manifest.FIELD_TABLE).unlink()
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "cxx_project", src)
     proc = configure(src, tmp_path / "build", f"-DCompileIQ_ROOT={module}", check=False)
@@ -114,7 +115,7 @@ def test_cmake_without_the_table_stops_with_what_to_do(tmp_path, configure):
 
 
 def test_the_reader_without_the_table_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(project, "cmake_dir", lambda: tmp_path)
+    monkeypatch.setattr(manifest, "cmake_dir", lambda: tmp_path)
     field_table.cache_clear()
     try:
         with pytest.raises(CompileIQError, match=r"field table .*Reinstall compileiq-build"):

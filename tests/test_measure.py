@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compileiq_build.measure import compare_evidence, run_workload
-from compileiq_build.parsers import ParseError, parse_regex
-from compileiq_build.project import Benchmark
+from compileiq_build.project.manifest import Benchmark
+from compileiq_build.run.measure import compare_evidence, run_workload
+from compileiq_build.run.parsers import ParseError, parse_regex
 
 
 def parse_value(bench: Benchmark, text: str, wall: float) -> float:

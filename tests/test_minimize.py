@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from conftest import cxx_evaluator, write_finalists
 
-from compileiq_build.codeinfo import code_digest, object_files
-from compileiq_build.evaluate import Sampling
-from compileiq_build.minimize import minimize
-from compileiq_build.progress import Reporter
-from compileiq_build.report import report
-from compileiq_build.selection import decide, outcomes
-from compileiq_build.space import Dimension, FlagSpace
+from compileiq_build.build.codeinfo import code_digest, object_files
+from compileiq_build.build.space import Dimension, FlagSpace
+from compileiq_build.decide.selection import decide, outcomes
+from compileiq_build.evaluate.evaluator import Sampling
+from compileiq_build.results.progress import Reporter
+from compileiq_build.results.report import report
+from compileiq_build.stages.minimize import minimize
 
 # -fno-math-errno changes nothing in saxpy (no math calls); -O3 is most of its speed at the
 # project's -O0.
@@ -69,7 +69,7 @@ def test_a_passenger_is_left_out_and_an_option_that_matters_is_kept(cxx_project,
 def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, configure):
     """-O3 -funroll-loops against -O3: without the unrolling the code differs, so the step is
     measured; whichever way it comes out, decide follows exactly what holds_without says."""
-    from compileiq_build.selection import holds_without
+    from compileiq_build.decide.selection import holds_without
 
     space = FlagSpace((Dimension("CXX", "O", ("3",), "-O{v}", 1),
                        Dimension("CXX", "unroll-loops", ("on",), "-funroll-loops", 1)))
@@ -129,7 +129,7 @@ def test_passengers_go_before_anything_is_measured_and_unchecked_options_are_nam
     (-fno-math-errno) before the stack protector's removal, listed first, is measured.  A run
     that stops before minimizing names every option it ships unchecked, in the report and the
     toolchain file."""
-    from compileiq_build.toolchain import Provenance, render
+    from compileiq_build.results.toolchain import Provenance, render
 
     space = FlagSpace((Dimension("CXX", "O", ("3",), "-O{v}", 1),
                        Dimension("CXX", "no-math-errno", ("on",), "-fno-math-errno", 2),
@@ -157,7 +157,7 @@ def test_a_run_stopped_before_minimizing_ships_the_smallest_measured_set_that_se
     """-O3 -fno-math-errno validated, minimizing not run (the time limit): the search had measured
     -O3 alone (the same machine code), so -O3 ships, every shipped option checked, and the file
     says why the other went; no NOT CHECKED."""
-    from compileiq_build.toolchain import Provenance, render
+    from compileiq_build.results.toolchain import Provenance, render
 
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     worker = evaluator.workers[0]

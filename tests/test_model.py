@@ -7,9 +7,9 @@ import functools
 import itertools
 import statistics
 
-from compileiq_build.space import Dimension, FlagSpace, config_key
-from compileiq_build.strategies import Context, RandomSearch, Stop, Trial
-from compileiq_build.strategies.model import ModelGuided, _transfers
+from compileiq_build.build.space import Dimension, FlagSpace, config_key
+from compileiq_build.search.strategies import Context, RandomSearch, Stop, Trial
+from compileiq_build.search.strategies.model import ModelGuided, _transfers
 
 SPACE = FlagSpace((
     Dimension("CUDA", "rul", tuple(str(i) for i in range(11)), "--rul={v}", 1),

@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
-from compileiq_build.strategies import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.strategies.model import FREE_STREAK, ModelGuided, _spilling, screening_moves
+from compileiq_build.build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
+from compileiq_build.search.strategies import Candidate, Context, Proposal, Stop, Trial
+from compileiq_build.search.strategies.model import FREE_STREAK, ModelGuided, _spilling, screening_moves
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compileiq_build.measure import coarse_values, resolve_format, run_workload
-from compileiq_build.parsers import (
+from compileiq_build.project.manifest import Benchmark
+from compileiq_build.run.measure import coarse_values, resolve_format, run_workload
+from compileiq_build.run.parsers import (
     ParseError,
     detect_format,
     parse_csv,
@@ -21,7 +22,6 @@ from compileiq_build.parsers import (
     parse_regex,
     resolution,
 )
-from compileiq_build.project import Benchmark
 
 DATA = Path(__file__).resolve().parent / "data"
 

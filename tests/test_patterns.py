@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build import environment
-from compileiq_build.project import jit_warning, load_manifest
+from compileiq_build.machine import environment
+from compileiq_build.project.manifest import jit_warning, load_manifest
 
 TUNING = ("-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
 GENCODE = "--generate-code=arch=compute_90,code=sm_90"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from compileiq_build.prior import FEATURES, load
-from compileiq_build.space import DEFAULT, Dimension, FlagSpace, config_key
-from compileiq_build.strategies import Candidate, Context, Proposal, Trial
-from compileiq_build.strategies.model import ModelGuided
+from compileiq_build.build.space import DEFAULT, Dimension, FlagSpace, config_key
+from compileiq_build.search.prior import FEATURES, load
+from compileiq_build.search.strategies import Candidate, Context, Proposal, Trial
+from compileiq_build.search.strategies.model import ModelGuided
 
 DIMS = {"register-usage-level": ["0", "5", "10"], "maxrregcount": ["32", "64", "128"], "dlcm": ["cg", "cs"],
         "restrict": ["on"]}
@@ -108,8 +108,8 @@ def test_learn_writes_a_model_that_carries_the_rule_to_an_unseen_kernel(learned)
 
 def test_the_shipped_model_is_what_learn_makes_of_the_committed_corpus(tmp_path):
     """A stale model file (the corpus or the encoding changed, `learn` not run) fails here."""
-    from compileiq_build.learn import CORPUS
-    from compileiq_build.prior import SHIPPED
+    from compileiq_build.search.learn import CORPUS
+    from compileiq_build.search.prior import SHIPPED
 
     proc = _learn(CORPUS, tmp_path / "prior.txt")
     assert proc.returncode == 0, proc.stderr
@@ -207,7 +207,7 @@ def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(lear
     """An open search where dlcm and restrict leave the code as it is (as on many kernels): guesses
     that vary them compile to a measured code, a compile each for nothing; the prior's phase
     gives way after two such in a row."""
-    from compileiq_build.strategies.model.screen import PRIOR_TRIES
+    from compileiq_build.search.strategies.model.screen import PRIOR_TRIES
 
     prior = load(learned)
     unseen = _kernel(140)
@@ -244,7 +244,7 @@ def test_the_prior_s_guesses_stop_when_they_compile_to_code_measured_before(lear
 def test_guesses_in_flight_count_until_measured(tmp_path):
     """`tune` proposes while the GPU measures: a prior that learnt the opposite rule has at most
     PRIOR_TRIES guesses out before one is measured, then screening fills the other slots."""
-    from compileiq_build.strategies.model.screen import PRIOR_TRIES
+    from compileiq_build.search.strategies.model.screen import PRIOR_TRIES
 
     _learn(_corpus(tmp_path / "opposite", rule=-1), tmp_path / "wrong.txt")
     wrong = load(tmp_path / "wrong.txt")

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.codeinfo import code_features, hot_features, object_files
-from compileiq_build.profile import (
+from compileiq_build.build.codeinfo import code_features, hot_features, object_files
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.results.report import report
+from compileiq_build.run.profiler import (
     KernelTime,
     ProfileError,
     attribute,
@@ -23,9 +25,7 @@ from compileiq_build.profile import (
     propose_groups,
     table_lines,
 )
-from compileiq_build.project import load_manifest
-from compileiq_build.report import report
-from compileiq_build.store import open_store
+from compileiq_build.store.database import open_store
 
 
 def _fixture(tmp_path: Path) -> Path:

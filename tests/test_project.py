@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import c_identifier, field_table, parse_manifest
+from compileiq_build.project.manifest import c_identifier, field_table, parse_manifest
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -8,8 +8,7 @@ import pytest
 from conftest import cxx_evaluator, write_finalists
 
 from benchmarks.racing_simulation import measure
-from compileiq_build.progress import describe
-from compileiq_build.racing import (
+from compileiq_build.decide.racing import (
     INDIFFERENT_PAIRS,
     RACE_PAIRS,
     Race,
@@ -18,6 +17,7 @@ from compileiq_build.racing import (
     raced_out,
     sampling_done,
 )
+from compileiq_build.results.progress import describe
 
 NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)
 SIMULATIONS = 2000

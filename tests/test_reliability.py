@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.measure import Sample
-from compileiq_build.selection import decisions
-from compileiq_build.store import Store, read_store
-from compileiq_build.workspace import STORE
+from compileiq_build.decide.selection import decisions
+from compileiq_build.project.workspace import STORE
+from compileiq_build.store.database import Store, read_store
+from compileiq_build.store.records import Sample
 
 TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import search_replay
-from compileiq_build.strategies import RandomSearch
+from compileiq_build.search.strategies import RandomSearch
 
 
 def _table(path, offset: float = 0.0):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from compileiq_build.effects import SAME_AS_BASELINE_CODE
-from compileiq_build.report import report
+from compileiq_build.results.effects import SAME_AS_BASELINE_CODE
+from compileiq_build.results.report import report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -78,7 +78,7 @@ def test_html_report_is_self_contained_and_complete(tuned, tmp_path):
     assert "GNU" in text  # the compiler of the tuning session
     effects = text[text.index('<table class="effects">'):]
     effects = effects[:effects.index("</table>")]
-    assert re.search(r"<code>CXX:O=3</code>.*?\d\.\d{3}x \[\d\.\d{3}x, \d\.\d{3}x\], \d+ pairs</td>\s*"
+    assert re.search(r"<code>CXX:O=3</code>.*?\d+\.\d{3}x \[\d+\.\d{3}x, \d+\.\d{3}x\], \d+ pairs</td>\s*"
                      r"<td>faster", effects, re.S), effects
     assert re.search(rf"<code>CXX:unroll-loops=on</code>.*?{SAME_AS_BASELINE_CODE}", effects, re.S)
     removal = text[text.index('<table class="removals">'):]

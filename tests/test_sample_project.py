@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, compile_commands
 
-from compileiq_build import environment
-from compileiq_build.project import load_manifest
-from compileiq_build.selection import Winner, decide, pairs
-from compileiq_build.store import read_store
+from compileiq_build.decide.selection import Winner, decide, pairs
+from compileiq_build.machine import environment
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.store.database import read_store
 
 CUDA_TARGETS = ["gemm_kernels", "nbody_kernels", "stencil_kernels"]
 HOST_TARGETS = ["host_matmul", "host_blur", "host_particles"]

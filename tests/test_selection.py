@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compileiq_build.measure import Sample
-from compileiq_build.selection import NoWinner, Winner, decide, outcomes, pending_validation, verdict_counts
-from compileiq_build.store import Store
-from compileiq_build.tune import decision_note
+from compileiq_build.decide.selection import (
+    NoWinner,
+    Winner,
+    decide,
+    outcomes,
+    pending_validation,
+    verdict_counts,
+)
+from compileiq_build.stages.tune import decision_note
+from compileiq_build.store.database import Store
+from compileiq_build.store.records import Sample
 
 ARCH = {"CXX": "x86_64"}
 

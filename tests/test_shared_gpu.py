@@ -9,8 +9,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from compileiq_build.gpu import GpuProcess, compute_processes, shared_gpu_error
-from compileiq_build.store import open_store
+from compileiq_build.machine.gpu import GpuProcess, compute_processes, shared_gpu_error
+from compileiq_build.store.database import open_store
 
 
 def test_the_message_names_the_process_and_what_to_do():

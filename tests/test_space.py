@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from compileiq_build.environment import find_tool, tool_version
-from compileiq_build.space import Prober, build_space
+from compileiq_build.build.space import Prober, build_space
+from compileiq_build.machine.environment import find_tool, tool_version
 
 
 def test_probe_keeps_accepted_flags_and_records_why_others_are_dropped(tmp_path, nvcc):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compileiq_build.stats import ratio_estimate, relative_spread
+from compileiq_build.decide.stats import ratio_estimate, relative_spread
 
 
 def test_identical_distributions_are_not_called_faster():

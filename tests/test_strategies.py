@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from compileiq_build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
-from compileiq_build.strategies import (
-    STRATEGIES,
+from compileiq_build.build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
+from compileiq_build.options import STRATEGIES
+from compileiq_build.search.strategies import (
+    REGISTRY,
     Candidate,
     Context,
     Exhaustive,
@@ -88,9 +89,9 @@ def test_random_never_repeats_and_is_reproducible():
 def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
     from types import SimpleNamespace
 
-    from compileiq_build.history import transfer
-    from compileiq_build.measure import Sample
-    from compileiq_build.store import MEASURED, open_store
+    from compileiq_build.search.history import transfer
+    from compileiq_build.store.database import MEASURED, open_store
+    from compileiq_build.store.records import Sample
 
     store = open_store(tmp_path)
     session = store.start_session("test", {})
@@ -148,7 +149,11 @@ def _code(config: Config) -> str:
 CANDIDATES = [Candidate(c, _code(c), {"registers": float(len(config_key(c)))}) for c in _small_configs()]
 BASE_CODE = _code(SMALL.default_config())
 POOL = [c for c in CANDIDATES if c.config["T:b"] == DEFAULT or c.config["T:a"] == "2"]  # 8 of 12
-CONTRACT = [s for s in STRATEGIES if s != "survey"]
+CONTRACT = [s for s in REGISTRY if s != "survey"]
+
+
+def test_every_strategy_the_cli_offers_has_a_factory_and_no_other():
+    assert list(REGISTRY) == list(STRATEGIES)
 
 
 def _drive(name: str, known: list[Candidate], closed: bool, seed: int = 1) -> tuple[list[Trial], Stop, int]:

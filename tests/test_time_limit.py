@@ -15,14 +15,14 @@ import pytest
 from conftest import cxx_evaluator
 from rich.console import Console
 
-from compileiq_build.history import history, trials
+from compileiq_build.build.space import Dimension, FlagSpace
+from compileiq_build.decide.selection import NoWinner
 from compileiq_build.options import TuneOptions
-from compileiq_build.pipeline import Proposals, run_search
-from compileiq_build.progress import Reporter
-from compileiq_build.selection import NoWinner
-from compileiq_build.space import Dimension, FlagSpace
-from compileiq_build.strategies import Exhaustive
-from compileiq_build.tune import Tuner
+from compileiq_build.results.progress import Reporter
+from compileiq_build.search.history import history, trials
+from compileiq_build.search.loop import Proposals, run_search
+from compileiq_build.search.strategies import Exhaustive
+from compileiq_build.stages.tune import Tuner
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compileiq_build.decide.selection import NoWinner, Winner, WorkloadGain
+from compileiq_build.decide.stats import RatioEstimate
 from compileiq_build.errors import CompileIQError
-from compileiq_build.selection import NoWinner, Winner, WorkloadGain
-from compileiq_build.stats import RatioEstimate
-from compileiq_build.toolchain import Provenance, bracket, render, variable_name
+from compileiq_build.results.toolchain import Provenance, bracket, render, variable_name
 
 PROV = Provenance("2026-11-30", "NVIDIA H200 (sm_90)", "580.1", (("CUDA", "NVIDIA 13.0.88"),), "staged")
 

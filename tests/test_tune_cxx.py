@@ -14,9 +14,9 @@ from pathlib import Path
 from conftest import compile_commands
 
 import compileiq_build
-from compileiq_build.project import load_manifest
-from compileiq_build.selection import finalists, outcomes, pairs
-from compileiq_build.store import read_store
+from compileiq_build.decide.selection import finalists, outcomes, pairs
+from compileiq_build.project.manifest import load_manifest
+from compileiq_build.store.database import read_store
 
 
 def _tune(build, *args):

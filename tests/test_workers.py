@@ -16,22 +16,30 @@ from dataclasses import replace
 import pytest
 from conftest import cxx_evaluator
 
-from compileiq_build.build import BuildTree
-from compileiq_build.environment import Gpu
+from compileiq_build.build.space import DEFAULT, Dimension, FlagSpace, config_key
+from compileiq_build.build.trees import BuildTree
 from compileiq_build.errors import CompileIQError
-from compileiq_build.history import history, trials
+from compileiq_build.machine.environment import Gpu
 from compileiq_build.options import TuneOptions
-from compileiq_build.pipeline import Proposals, run_search
-from compileiq_build.progress import Reporter
-from compileiq_build.project import load_project
-from compileiq_build.search_step import target_space
-from compileiq_build.space import DEFAULT, Dimension, FlagSpace, config_key
-from compileiq_build.store import COMPILED, SCOUT
-from compileiq_build.strategies import Candidate, Context, Exhaustive, Proposal, RandomSearch, Stop, Trial
-from compileiq_build.strategies.model import ModelGuided, screening_moves
-from compileiq_build.worker_setup import measuring_gpus
-from compileiq_build.workers import LocalWorker
-from compileiq_build.workspace import Workspace
+from compileiq_build.project.manifest import load_project
+from compileiq_build.project.workspace import Workspace
+from compileiq_build.results.progress import Reporter
+from compileiq_build.run.launch import measuring_gpus
+from compileiq_build.run.worker import LocalWorker
+from compileiq_build.search.history import history, trials
+from compileiq_build.search.loop import Proposals, run_search
+from compileiq_build.search.strategies import (
+    Candidate,
+    Context,
+    Exhaustive,
+    Proposal,
+    RandomSearch,
+    Stop,
+    Trial,
+)
+from compileiq_build.search.strategies.model import ModelGuided, screening_moves
+from compileiq_build.search.target import target_space
+from compileiq_build.store.database import COMPILED, SCOUT
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
                    Dimension("CXX", "funroll", ("on",), "-funroll-loops")))

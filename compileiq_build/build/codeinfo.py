@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq_build.environment import find_tool
+from compileiq_build.machine.environment import find_tool
 
 # ptxas at compile time ("Compiling entry function '_Z1kPf' for 'sm_90'", "Function properties
 # for _Z1kPf", "... bytes stack frame, ... spill ...", "Used 40 registers, ... bytes smem")

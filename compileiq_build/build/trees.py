@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq_build import process
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import Project, load_manifest
-from compileiq_build.workspace import MANIFEST
+from compileiq_build.machine import process
+from compileiq_build.project.manifest import Project, load_manifest
+from compileiq_build.project.workspace import MANIFEST
 
 _CACHE_LINE = re.compile(r"^([^#/][^:=]*):([A-Z]+)=(.*)$")
 # INTERNAL and STATIC entries belong to one build folder; these the driver sets itself.

@@ -22,10 +22,14 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-from compileiq_build.selection import FINALISTS, finalists, outcomes
-from compileiq_build.stats import geometric_mean, ratio_estimate
-from compileiq_build.store import MEASURED, Store
+from compileiq_build.decide.selection import FINALISTS, finalists, outcomes
+from compileiq_build.decide.stats import geometric_mean, ratio_estimate
+from compileiq_build.store.database import MEASURED, Store
+
+if TYPE_CHECKING:
+    from compileiq_build.options import TuneOptions
 
 # A candidate this much slower on its first pairs is not measured further.
 HOPELESS_RATIO = 1.5
@@ -50,6 +54,12 @@ class Sampling:
     max_pairs: int = 20
     precision: float = 0.005  # stop when the interval is narrower than this fraction of the ratio
     time_cap: float = 300.0  # seconds per workload and evaluation
+
+    @classmethod
+    def of(cls, options: TuneOptions) -> Sampling:
+        """How the search pairs runs, from tune's options (validation and minimizing: `scaled(2)`)."""
+        return cls(options.repeats, max(options.repeats, options.max_repeats), options.precision,
+                   options.measure_time_cap)
 
     def scaled(self, factor: int) -> Sampling:
         return Sampling(self.min_pairs * factor, self.max_pairs * factor, self.precision,

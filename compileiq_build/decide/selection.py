@@ -6,8 +6,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compileiq_build.stats import RatioEstimate, geometric_mean, ratio_estimate
-from compileiq_build.store import INTERRUPTED, MEASURED, EvaluationRow, Store
+from compileiq_build.decide.stats import RatioEstimate, geometric_mean, ratio_estimate
+from compileiq_build.store.database import INTERRUPTED, MEASURED, EvaluationRow, Store
 
 FINALISTS = 3  # candidates re-measured per run, best first
 

@@ -13,11 +13,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.measure import Run, coarse_values, compare_evidence
 from compileiq_build.notes import Notes
-from compileiq_build.parsers import ParseError
-from compileiq_build.project import Benchmark, Target
-from compileiq_build.workers import BASELINE_SLOT, Compiled, Worker
+from compileiq_build.project.manifest import Benchmark, Target
+from compileiq_build.run.measure import Run, coarse_values, compare_evidence
+from compileiq_build.run.parsers import ParseError
+from compileiq_build.run.worker import BASELINE_SLOT, Compiled, Worker
 
 
 @dataclass

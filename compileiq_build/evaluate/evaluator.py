@@ -14,14 +14,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from compileiq_build.baseline import Baseline, prepare_baseline
-from compileiq_build.build import BuildResult
-from compileiq_build.codeinfo import hot_features
-from compileiq_build.errors import CompileIQError
-from compileiq_build.notes import Notes
-from compileiq_build.pairing import Pairing
-from compileiq_build.project import Benchmark, Target
-from compileiq_build.racing import (
+from compileiq_build.build.codeinfo import hot_features
+from compileiq_build.build.space import config_key
+from compileiq_build.build.trees import BuildResult
+from compileiq_build.decide.racing import (
     INDIFFERENT_PAIRS,
     NORMAL_STEP,
     RACE_PAIRS,
@@ -32,10 +28,14 @@ from compileiq_build.racing import (
     raced_out,
     sampling_done,
 )
-from compileiq_build.selection import SAME_AS_BASELINE, Outcome, summarize
-from compileiq_build.space import config_key
-from compileiq_build.store import BUILD_FAILED, COMPILED, MEASURED, SCOUT, EvaluationRow, Store
-from compileiq_build.workers import BASELINE_SLOT, SCOUT_SLOT, Compiled, Worker
+from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, summarize
+from compileiq_build.errors import CompileIQError
+from compileiq_build.evaluate.baseline import Baseline, prepare_baseline
+from compileiq_build.evaluate.pairing import Pairing
+from compileiq_build.notes import Notes
+from compileiq_build.project.manifest import Benchmark, Target
+from compileiq_build.run.worker import BASELINE_SLOT, SCOUT_SLOT, Compiled, Worker
+from compileiq_build.store.database import BUILD_FAILED, COMPILED, MEASURED, SCOUT, EvaluationRow, Store
 
 # The racing names that tests and benchmarks import from here.
 __all__ = ["INDIFFERENT_PAIRS", "NORMAL_STEP", "RACE_PAIRS", "Built", "Evaluator", "Race", "Sampling",

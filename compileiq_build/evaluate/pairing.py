@@ -14,15 +14,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from compileiq_build.decide.racing import (
+    RACE_PAIRS,
+    Costs,
+    Race,
+    Sampling,
+    indifferent,
+    raced_out,
+    sampling_done,
+)
+from compileiq_build.decide.stats import ratio_estimate
 from compileiq_build.errors import CompileIQError
-from compileiq_build.gpu import slowdowns
-from compileiq_build.measure import Run, compare_evidence
+from compileiq_build.machine.gpu import slowdowns
 from compileiq_build.notes import Notes
-from compileiq_build.project import Benchmark
-from compileiq_build.racing import RACE_PAIRS, Costs, Race, Sampling, indifferent, raced_out, sampling_done
-from compileiq_build.stats import ratio_estimate
-from compileiq_build.store import INTERRUPTED, INVALID, MEASURED, Store
-from compileiq_build.workers import BASELINE_SLOT, Worker
+from compileiq_build.project.manifest import Benchmark
+from compileiq_build.run.measure import Run, compare_evidence
+from compileiq_build.run.worker import BASELINE_SLOT, Worker
+from compileiq_build.store.database import INTERRUPTED, INVALID, MEASURED, Store
 
 
 class Stopped(Exception):

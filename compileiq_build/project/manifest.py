@@ -12,7 +12,7 @@ from typing import Any
 
 from compileiq_build import cmake_dir
 from compileiq_build.errors import CompileIQError
-from compileiq_build.workspace import MANIFEST
+from compileiq_build.project.workspace import MANIFEST
 
 FORMATS = ("auto", "nvbench", "gbench", "csv", "regex", "time")
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

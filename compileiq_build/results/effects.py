@@ -19,9 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compileiq_build.selection import SAME_AS_BASELINE, Outcome, Winner
-from compileiq_build.space import BASELINE, DEFAULT, config_key, dimensions_for
-from compileiq_build.stats import RatioEstimate
+from compileiq_build.build.space import BASELINE, DEFAULT, config_key, dimensions_for
+from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, Winner
+from compileiq_build.decide.stats import RatioEstimate
 
 NOT_ALONE = "not measured alone"
 NOT_MEASURED = "not measured"

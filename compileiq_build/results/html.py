@@ -21,10 +21,7 @@ from typing import Any
 import jinja2
 
 from compileiq_build import __version__
-from compileiq_build.effects import Move, Removal, estimates_text, one_option_moves, removals, speedup_text
-from compileiq_build.gpu import shared_gpu_lines, slowdowns
-from compileiq_build.profile import cmake_target_of, table_lines
-from compileiq_build.selection import (
+from compileiq_build.decide.selection import (
     SAME_AS_BASELINE,
     NoWinner,
     Outcome,
@@ -34,7 +31,17 @@ from compileiq_build.selection import (
     pairs,
     remeasured,
 )
-from compileiq_build.store import Store
+from compileiq_build.machine.gpu import shared_gpu_lines, slowdowns
+from compileiq_build.results.effects import (
+    Move,
+    Removal,
+    estimates_text,
+    one_option_moves,
+    removals,
+    speedup_text,
+)
+from compileiq_build.run.profiler import cmake_target_of, table_lines
+from compileiq_build.store.database import Store
 
 _COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280")
 _VERDICT_COLORS = {"faster": "#2f855a", "neutral": "#a0aec0", "slower": "#c05621", "invalid": "#c53030"}
@@ -236,7 +243,7 @@ def _gpu_ranges(store: Store) -> dict[str, Any]:
             "runs with a slowdown reason": str(sum(1 for s in states if slowdowns(s)))}
 
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("compileiq_build", "templates"),
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("compileiq_build.results", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                           lstrip_blocks=True)
 _ENV.tests["instanceof"] = isinstance

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from compileiq_build.selection import Outcome
+from compileiq_build.decide.selection import Outcome
 
 
 @dataclass

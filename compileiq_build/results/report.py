@@ -10,12 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compileiq_build.effects import estimates_text, one_option_moves, removals, speedup_text
-from compileiq_build.errors import CompileIQError
-from compileiq_build.gpu import shared_gpu_lines
-from compileiq_build.profile import cmake_target_of, table_lines
-from compileiq_build.project import load_project
-from compileiq_build.selection import (
+from compileiq_build.build.space import DEFAULT, FlagSpace, Prober, build_space
+from compileiq_build.decide.selection import (
     SAME_AS_BASELINE,
     NoWinner,
     Outcome,
@@ -29,11 +25,15 @@ from compileiq_build.selection import (
     remeasured,
     verdict_counts,
 )
-from compileiq_build.space import DEFAULT, FlagSpace, Prober, build_space
-from compileiq_build.stats import geometric_mean, relative_spread
-from compileiq_build.store import Store, read_store
-from compileiq_build.toolchain import DEFAULT_NAME, provenance, render, write
-from compileiq_build.workspace import STORE
+from compileiq_build.decide.stats import geometric_mean, relative_spread
+from compileiq_build.errors import CompileIQError
+from compileiq_build.machine.gpu import shared_gpu_lines
+from compileiq_build.project.manifest import load_project
+from compileiq_build.project.workspace import STORE
+from compileiq_build.results.effects import estimates_text, one_option_moves, removals, speedup_text
+from compileiq_build.results.toolchain import DEFAULT_NAME, provenance, render, write
+from compileiq_build.run.profiler import cmake_target_of, table_lines
+from compileiq_build.store.database import Store, read_store
 
 
 def _open(build_dir: Path) -> Store:
@@ -241,7 +241,7 @@ def table(build_dir: Path, path: Path, target: str | None) -> int:
 
 
 def html(build_dir: Path, path: Path) -> Path:
-    from compileiq_build.html_report import write_html
+    from compileiq_build.results.html import write_html
 
     store = _open(build_dir)
     try:
@@ -294,7 +294,7 @@ def show_space(languages: Sequence[str], allow_numerics_change: bool,
                allow_host_specific: bool = False, progress: Callable[[str], None] | None = None) -> str:
     """The space per language: a target tunes one language's options or another's, so their
     counts are not multiplied."""
-    from compileiq_build import environment
+    from compileiq_build.machine import environment
 
     compilers = {}
     for lang, tool in (("CUDA", "nvcc"), ("CXX", "c++")):

@@ -11,10 +11,10 @@ from typing import Any
 import jinja2
 
 from compileiq_build import __version__
+from compileiq_build.build.space import dimensions_for
+from compileiq_build.decide.selection import NoWinner, Portable, Winner
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project import Compiler, c_identifier
-from compileiq_build.selection import NoWinner, Portable, Winner
-from compileiq_build.space import dimensions_for
+from compileiq_build.project.manifest import Compiler, c_identifier
 
 DEFAULT_NAME = "compileiq-toolchain.cmake"
 
@@ -81,7 +81,7 @@ def variable_name(target_id: str, language: str, arch_key: str) -> str:
 
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("compileiq_build", "templates"),
+    loader=jinja2.PackageLoader("compileiq_build.results", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
     lstrip_blocks=True, autoescape=False,
 )

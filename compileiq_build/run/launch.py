@@ -14,14 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from compileiq_build import ray_workers
-from compileiq_build.environment import Gpu
 from compileiq_build.errors import CompileIQError
-from compileiq_build.gpu import compute_processes, shared_gpu_error
+from compileiq_build.machine.environment import Gpu
+from compileiq_build.machine.gpu import compute_processes, shared_gpu_error
 from compileiq_build.notes import Notes
 from compileiq_build.options import TuneOptions
-from compileiq_build.project import Project
-from compileiq_build.workers import LocalWorker, Worker, local_workers
+from compileiq_build.project.manifest import Project
+from compileiq_build.run import ray_worker
+from compileiq_build.run.worker import LocalWorker, Worker, local_workers
 
 
 @dataclass
@@ -99,7 +99,7 @@ def check_gpus_free(gpus: Sequence[Gpu], allow_shared: bool, notes: Notes) -> li
 def ray_workers_for(options: TuneOptions, project: Project, work: Path, cuda: bool, notes: Notes) -> Workers:
     """Workers on the Ray cluster's GPUs (or nodes, for CPU targets), configured."""
     slots = options.jobs or 2
-    workers = ray_workers.start(options.ray or "local", project, work, slots, cuda)
+    workers = ray_worker.start(options.ray or "local", project, work, slots, cuda)
     arch = workers[0].arch
     if any(w.arch != arch for w in workers):
         notes.note(f"tuning for sm_{arch}: the Ray workers on GPUs of other architectures "

@@ -8,13 +8,14 @@ import re
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from compileiq_build import process
-from compileiq_build.gpu import GpuMonitor
-from compileiq_build.parsers import (
+from compileiq_build.machine import process
+from compileiq_build.machine.gpu import GpuMonitor
+from compileiq_build.project.manifest import Benchmark
+from compileiq_build.run.parsers import (
     COARSE,
     ParseError,
     Reading,
@@ -25,27 +26,9 @@ from compileiq_build.parsers import (
     parse_regex,
     resolution,
 )
-from compileiq_build.project import Benchmark
+from compileiq_build.store.records import Sample
 
 _TAIL = 2000
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One measured value of one workload. ``cost`` is lower-is-better (seconds, or 1/rate)."""
-
-    workload: str
-    value: float | None  # as the benchmark reported it, in seconds for times
-    cost: float | None
-    wall_s: float
-    exit_code: int | None
-    error: str  # empty when the run is valid
-    gpu: dict[str, Any] = field(default_factory=dict)  # state during the run
-    printed: str = ""  # the value as the benchmark printed it (text outputs), not stored
-
-    @property
-    def ok(self) -> bool:
-        return not self.error
 
 
 @dataclass(frozen=True)

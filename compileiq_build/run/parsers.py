@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from compileiq_build.project import UNIT_SECONDS, Benchmark
+from compileiq_build.project.manifest import UNIT_SECONDS, Benchmark
 
 _GBENCH_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # NVBench summaries, best first: the isolated (cold) GPU time, then the batch GPU time,

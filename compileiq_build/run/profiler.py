@@ -17,14 +17,14 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq_build import process
-from compileiq_build.codeinfo import kernels_of, object_files, object_of
-from compileiq_build.environment import find_tool
-from compileiq_build.measure import benchmark_command
-from compileiq_build.project import Benchmark, Target, c_identifier
+from compileiq_build.build.codeinfo import kernels_of, object_files, object_of
+from compileiq_build.machine import process
+from compileiq_build.machine.environment import find_tool
+from compileiq_build.project.manifest import Benchmark, Target, c_identifier
+from compileiq_build.run.measure import benchmark_command
+from compileiq_build.store.records import KernelTime
 
 METRIC = "gpu__time_duration.sum"
 COVER = 0.9  # a proposed group holds this share of its benchmark's GPU time
@@ -36,16 +36,6 @@ _SECONDS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond":
 
 class ProfileError(RuntimeError):
     """The profiled run did not give kernel times (no ncu, no counters, a failed run)."""
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    workload: str  # the benchmark registration profiled
-    kernel: str  # mangled, as in the SASS
-    seconds: float  # over all its launches
-    launches: int
-    source: str = ""  # the tuned target's source that defines it, relative to the target's folder
-    unit: str = ""  # the tuned target or group whose sources hold it ('' when none does)
 
 
 def cmake_target_of(unit: str) -> str:

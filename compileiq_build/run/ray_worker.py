@@ -15,12 +15,12 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compileiq_build import environment
-from compileiq_build.build import BuildTree
+from compileiq_build.build.trees import BuildTree
 from compileiq_build.errors import CompileIQError
-from compileiq_build.measure import Run
-from compileiq_build.project import Benchmark, Project
-from compileiq_build.workers import Compiled, LocalWorker
+from compileiq_build.machine import environment
+from compileiq_build.project.manifest import Benchmark, Project
+from compileiq_build.run.measure import Run
+from compileiq_build.run.worker import Compiled, LocalWorker
 
 PLACEMENT_TIMEOUT_S = 300
 

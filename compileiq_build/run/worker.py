@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from compileiq_build.build import BuildResult, BuildTree
-from compileiq_build.codeinfo import object_files, read_code
-from compileiq_build.environment import Gpu
+from compileiq_build.build.codeinfo import object_files, read_code
+from compileiq_build.build.trees import BuildResult, BuildTree
 from compileiq_build.errors import CompileIQError
-from compileiq_build.gpu import GpuMonitor
-from compileiq_build.measure import Run, Sample, resolve_format, run_workload
-from compileiq_build.project import Benchmark, Project
+from compileiq_build.machine.environment import Gpu
+from compileiq_build.machine.gpu import GpuMonitor
+from compileiq_build.project.manifest import Benchmark, Project
+from compileiq_build.run.measure import Run, resolve_format, run_workload
+from compileiq_build.store.records import Sample
 
 BASELINE_SLOT = -1
 SCOUT_SLOT = -2  # the tree that compiles configurations ahead, never measured (pipeline.py)

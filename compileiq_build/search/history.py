@@ -7,10 +7,10 @@ targets' searches of the same architectures (`transfer`).
 
 from __future__ import annotations
 
-from compileiq_build.evaluate import Evaluator
-from compileiq_build.selection import outcomes
-from compileiq_build.store import COMPILED, SCOUT
-from compileiq_build.strategies import Candidate, Trial
+from compileiq_build.decide.selection import outcomes
+from compileiq_build.evaluate.evaluator import Evaluator
+from compileiq_build.search.strategies import Candidate, Trial
+from compileiq_build.store.database import COMPILED, SCOUT
 
 
 def trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:

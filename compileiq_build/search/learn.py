@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.prior import OPTIONS, SHIPPED, KernelTable, fit, read_table, write
-from compileiq_build.workspace import Workspace
+from compileiq_build.project.workspace import Workspace
+from compileiq_build.search.prior import OPTIONS, SHIPPED, KernelTable, fit, read_table, write
 
-CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "tables"
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "tables"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def corpus_tables(folders: Sequence[Path]) -> list[KernelTable]:
 
 def store_tables(build_dir: Path, note: Callable[[str], None]) -> list[KernelTable]:
     """The CUDA targets searched in a build folder's store, as tables (their project: the folder)."""
-    from compileiq_build.report import searched_targets, table
+    from compileiq_build.results.report import searched_targets, table
 
     found = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,13 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
-from compileiq_build.evaluate import Built, Evaluator
-from compileiq_build.progress import Reporter
-from compileiq_build.space import Config, FlagSpace, config_key
-from compileiq_build.store import INTERRUPTED
-from compileiq_build.strategies import Candidate, Context, Proposal, Strategy, Trial
-from compileiq_build.strategies.base import Scouting, Vetting
-from compileiq_build.workers import Worker
+from compileiq_build.build.space import Config, FlagSpace, config_key
+from compileiq_build.evaluate.evaluator import Built, Evaluator
+from compileiq_build.results.progress import Reporter
+from compileiq_build.run.worker import Worker
+from compileiq_build.search.strategies import Candidate, Context, Proposal, Strategy, Trial
+from compileiq_build.search.strategies.base import Scouting, Vetting
+from compileiq_build.store.database import INTERRUPTED
 
 # Candidates compiled per evaluation of the budget, at most: most flag combinations compile to
 # machine code already measured, and those cost no GPU time.

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from compileiq_build.space import DEFAULT, Config, FlagSpace
+from compileiq_build.build.space import DEFAULT, Config, FlagSpace
 
 SHIPPED = Path(__file__).parent / "data" / "prior.txt"
 FORMAT = 1  # the encoding below; a model file of another format is not loaded

@@ -11,18 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from compileiq_build.build.space import FlagSpace, Prober, build_space, config_key
+from compileiq_build.decide.selection import Winner, outcomes, verdict_counts
 from compileiq_build.errors import CompileIQError
-from compileiq_build.evaluate import Evaluator
-from compileiq_build.history import history, transfer
+from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.options import TuneOptions
-from compileiq_build.pipeline import Proposals, run_search
-from compileiq_build.prior import Prior, for_space
-from compileiq_build.progress import Reporter
-from compileiq_build.project import Project, Target
-from compileiq_build.selection import Winner, outcomes, verdict_counts
-from compileiq_build.space import FlagSpace, Prober, build_space, config_key
-from compileiq_build.strategies import make_strategy
+from compileiq_build.project.manifest import Project, Target
+from compileiq_build.results.progress import Reporter
+from compileiq_build.search.history import history, transfer
+from compileiq_build.search.loop import Proposals, run_search
+from compileiq_build.search.prior import Prior, for_space
+from compileiq_build.search.strategies import make_strategy
 
 
 def target_space(target: Target, tree_project: Project, arch: str, options: TuneOptions, probe: Path,

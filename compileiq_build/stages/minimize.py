@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compileiq_build.evaluate import Evaluator
+from compileiq_build.build.space import DEFAULT, FlagSpace, config_key
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.decide.selection import Outcome, Winner, decide, holds_without, outcomes
+from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
-from compileiq_build.racing import Sampling
-from compileiq_build.selection import Outcome, Winner, decide, holds_without, outcomes
-from compileiq_build.space import DEFAULT, FlagSpace, config_key
-from compileiq_build.store import Store
+from compileiq_build.store.database import Store
 
 
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,

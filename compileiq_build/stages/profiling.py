@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compileiq_build.evaluate import Evaluator
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
-from compileiq_build.profile import (
+from compileiq_build.project.manifest import Project, Target
+from compileiq_build.run.launch import ninja_jobs
+from compileiq_build.run.profiler import (
     COVER,
     ProfileError,
     attribute,
@@ -22,11 +25,8 @@ from compileiq_build.profile import (
     propose_groups,
     table_lines,
 )
-from compileiq_build.project import Project, Target
-from compileiq_build.racing import Sampling
-from compileiq_build.store import Store
-from compileiq_build.worker_setup import ninja_jobs
-from compileiq_build.workers import BASELINE_SLOT, LocalWorker
+from compileiq_build.run.worker import BASELINE_SLOT, LocalWorker
+from compileiq_build.store.database import Store
 
 
 def profile_baseline(evaluator: Evaluator, worker: LocalWorker, tree_project: Project, session: int,

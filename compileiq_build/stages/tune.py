@@ -18,30 +18,39 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compileiq_build import environment, ray_workers
+from compileiq_build.build.space import FlagSpace
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.decide.selection import NoWinner, Winner, decisions, merged
 from compileiq_build.errors import CompileIQError, Interrupted
-from compileiq_build.evaluate import Evaluator
-from compileiq_build.minimize import minimize_winner
+from compileiq_build.evaluate.evaluator import Evaluator
+from compileiq_build.machine import environment
 from compileiq_build.options import TuneOptions
-from compileiq_build.prior import Prior
-from compileiq_build.prior import load as load_prior
-from compileiq_build.profile_step import profile_baseline, profile_groups
-from compileiq_build.progress import Reporter
-from compileiq_build.project import Benchmark, Project, Target, jit_warning, load_project
-from compileiq_build.search_step import predicted, search_notes, search_target, target_space
-from compileiq_build.selection import NoWinner, Winner, decisions, merged
-from compileiq_build.space import FlagSpace
-from compileiq_build.store import Store, exclusive_store
-from compileiq_build.toolchain import DEFAULT_NAME, Provenance, check_writable, provenance, render, write
-from compileiq_build.validate import validate, validation_reserve
-from compileiq_build.worker_setup import (
+from compileiq_build.project.manifest import Benchmark, Project, Target, jit_warning, load_project
+from compileiq_build.project.workspace import Workspace
+from compileiq_build.results.progress import Reporter
+from compileiq_build.results.toolchain import (
+    DEFAULT_NAME,
+    Provenance,
+    check_writable,
+    provenance,
+    render,
+    write,
+)
+from compileiq_build.run import ray_worker
+from compileiq_build.run.launch import (
     check_gpus_free,
     measuring_gpus,
     ninja_jobs,
     start_workers,
 )
-from compileiq_build.workers import LocalWorker, Worker, local_workers
-from compileiq_build.workspace import Workspace
+from compileiq_build.run.worker import LocalWorker, Worker, local_workers
+from compileiq_build.search.prior import Prior
+from compileiq_build.search.prior import load as load_prior
+from compileiq_build.search.target import predicted, search_notes, search_target, target_space
+from compileiq_build.stages.minimize import minimize_winner
+from compileiq_build.stages.profiling import profile_baseline, profile_groups
+from compileiq_build.stages.validate import validate, validation_reserve
+from compileiq_build.store.database import Store, exclusive_store
 
 
 @dataclass
@@ -191,7 +200,7 @@ class Tuner:
             worker.baseline.write_flags({})
             tree_project = worker.baseline.project
             session = store.start_session(command, self._environment())
-            return profile_groups(units, tree_project, worker, store, session, self.options.sampling(),
+            return profile_groups(units, tree_project, worker, store, session, Sampling.of(self.options),
                                   self.report)
 
     def _run(self, targets: list[Target], store: Store, command: str) -> TuneResult:
@@ -211,7 +220,7 @@ class Tuner:
             return self._tune(targets, workers, started.tree_project, started.arch, store, session)
         finally:
             if self.options.ray:
-                ray_workers.stop()
+                ray_worker.stop()
 
     def _tune(self, targets: list[Target], workers: Sequence[Worker], tree_project: Project, arch: str,
               store: Store, session: int) -> TuneResult:
@@ -244,7 +253,7 @@ class Tuner:
         active = workers if "CUDA" in target.languages else workers[:1]
         evaluator = Evaluator(
             target=tree_project.target(target.name), benchmarks=tree_project.benchmarks_for(target.name),
-            workers=active, store=store, session=session, sampling=self.options.sampling(),
+            workers=active, store=store, session=session, sampling=Sampling.of(self.options),
             jobs=None if self.options.ray else ninja_jobs(sum(w.slots for w in workers)),
             report=self.report, build_timeout=self.options.build_timeout)
         evaluator.prepare_baseline()
@@ -259,7 +268,7 @@ class Tuner:
                              "of one measured before and reused its measurement")
         decision, remeasured = self._validate(evaluator, store, space)
         if isinstance(decision, Winner):
-            decision = minimize_winner(evaluator, store, space, decision, self.options.sampling().scaled(2),
+            decision = minimize_winner(evaluator, store, space, decision, Sampling.of(self.options).scaled(2),
                                        self._halt_minimizing, self.report)
             if guess := predicted(self.prior(), evaluator, space, decision):
                 store.update_session(session, "predicted", {target.name: guess})
@@ -303,7 +312,7 @@ class Tuner:
     def _validate(self, evaluator: Evaluator, store: Store,
                   space: FlagSpace) -> tuple[Winner | NoWinner, list[str]]:
         """Validation (validate.py) with twice the runs, within the time limit."""
-        return validate(evaluator, store, space, self.options.sampling().scaled(2), self.check_interrupt,
+        return validate(evaluator, store, space, Sampling.of(self.options).scaled(2), self.check_interrupt,
                         self.out_of_time, self.report)
 
     def _halt_minimizing(self) -> bool:

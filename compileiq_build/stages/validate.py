@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compileiq_build.evaluate import Evaluator
-from compileiq_build.notes import Notes
-from compileiq_build.racing import Sampling
-from compileiq_build.selection import (
+from compileiq_build.build.space import FlagSpace
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.decide.selection import (
     FINALISTS,
     NoWinner,
     Winner,
@@ -21,8 +20,9 @@ from compileiq_build.selection import (
     outcomes,
     pending_validation,
 )
-from compileiq_build.space import FlagSpace
-from compileiq_build.store import Store
+from compileiq_build.evaluate.evaluator import Evaluator
+from compileiq_build.notes import Notes
+from compileiq_build.store.database import Store
 
 
 def validation_reserve(evaluator: Evaluator) -> float:

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from filelock import FileLock, Timeout
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.measure import Sample
-from compileiq_build.profile import KernelTime
-from compileiq_build.workspace import STORE, Workspace
+from compileiq_build.project.workspace import STORE, Workspace
+from compileiq_build.store.records import KernelTime, Sample
 
 if TYPE_CHECKING:
     import pandas as pd

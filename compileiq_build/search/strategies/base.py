@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, runtime_checkable
 
-from compileiq_build.space import BASELINE, Config, FlagSpace, config_key
+from compileiq_build.build.space import BASELINE, Config, FlagSpace, config_key
 
 
 @dataclass(frozen=True)

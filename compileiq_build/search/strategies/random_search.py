@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from compileiq_build.space import DEFAULT
-from compileiq_build.strategies.base import Context, Proposal, Stop
+from compileiq_build.build.space import DEFAULT
+from compileiq_build.search.strategies.base import Context, Proposal, Stop
 
 
 class RandomSearch:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from compileiq_build.space import DEFAULT
-from compileiq_build.strategies.base import Context, Proposal, Stop
+from compileiq_build.build.space import DEFAULT
+from compileiq_build.search.strategies.base import Context, Proposal, Stop
 
 
 class Staged:

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from compileiq_build.space import Config, FlagSpace, config_key
-from compileiq_build.strategies.base import Context
+from compileiq_build.build.space import Config, FlagSpace, config_key
+from compileiq_build.search.strategies.base import Context
 
 
 def _changed(config: Config, base: Config) -> list[str]:

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compileiq_build.space import Config, config_key
-from compileiq_build.strategies.base import Context, Trial
-from compileiq_build.strategies.model.features import _features, _one_hot, _standardized_features
-from compileiq_build.strategies.model.stop import _noise
+from compileiq_build.build.space import Config, config_key
+from compileiq_build.search.strategies.base import Context, Trial
+from compileiq_build.search.strategies.model.features import _features, _one_hot, _standardized_features
+from compileiq_build.search.strategies.model.stop import _noise
 
 if TYPE_CHECKING:
-    from compileiq_build.prior import Prior
+    from compileiq_build.search.prior import Prior
 
 # Cost ratio assumed for a configuration that failed to build or run, and the clip of measured
 # ones: 10% slower than the project's flags is simply bad, and how much worse says nothing about

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from compileiq_build.space import BASELINE, DEFAULT, Config, config_key
-from compileiq_build.strategies.base import Context
-from compileiq_build.strategies.model.features import _changed, _standardized_features
+from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
+from compileiq_build.search.strategies.base import Context
+from compileiq_build.search.strategies.model.features import _changed, _standardized_features
 
 COMBINE = 2
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import random
 
-from compileiq_build.space import BASELINE, DEFAULT, Config, config_key
-from compileiq_build.strategies.base import Context
-from compileiq_build.strategies.model.features import _changed, _incumbent
+from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
+from compileiq_build.search.strategies.base import Context
+from compileiq_build.search.strategies.model.features import _changed, _incumbent
 
 POOL = 4000
 

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compileiq_build.space import Config, Dimension, FlagSpace
-from compileiq_build.strategies.base import Context
-from compileiq_build.strategies.model.features import _best_ratio
-from compileiq_build.strategies.model.fit import _learned, _predict
-from compileiq_build.strategies.model.pool import _pool
-from compileiq_build.strategies.model.spills import _spilling
-from compileiq_build.strategies.model.stop import _free_streak, _noise, _repeats
+from compileiq_build.build.space import Config, Dimension, FlagSpace
+from compileiq_build.search.strategies.base import Context
+from compileiq_build.search.strategies.model.features import _best_ratio
+from compileiq_build.search.strategies.model.fit import _learned, _predict
+from compileiq_build.search.strategies.model.pool import _pool
+from compileiq_build.search.strategies.model.spills import _spilling
+from compileiq_build.search.strategies.model.stop import _free_streak, _noise, _repeats
 
 if TYPE_CHECKING:
-    from compileiq_build.prior import Prior
+    from compileiq_build.search.prior import Prior
 
 SCREEN_SHARE = 0.5
 PRIOR_TRIES = 2  # guesses of the prior that must gain, or screening takes over

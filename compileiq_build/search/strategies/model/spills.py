@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from compileiq_build.space import Config, FlagSpace
-from compileiq_build.strategies.base import Context
-from compileiq_build.strategies.model.features import _features, _one_hot
+from compileiq_build.build.space import Config, FlagSpace
+from compileiq_build.search.strategies.base import Context
+from compileiq_build.search.strategies.model.features import _features, _one_hot
 
 
 def _spill_bytes(features: Mapping[str, float]) -> float:

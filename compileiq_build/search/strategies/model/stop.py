@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from compileiq_build.space import Config
-from compileiq_build.strategies.base import Context, Proposal, Stop, Trial
-from compileiq_build.strategies.model.features import _changed
+from compileiq_build.build.space import Config
+from compileiq_build.search.strategies.base import Context, Proposal, Stop, Trial
+from compileiq_build.search.strategies.model.features import _changed
 
 # Standard deviations of the optimistic bound that the stop rule weighs (module docstring).
 STOP_KAPPA = 1.0

@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compileiq_build.space import Config, config_key
-from compileiq_build.strategies.base import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.strategies.model.features import _best_ratio, _incumbent
-from compileiq_build.strategies.model.fit import _learned, _predict
-from compileiq_build.strategies.model.local import _combine, _unrefined
-from compileiq_build.strategies.model.pool import _pool
-from compileiq_build.strategies.model.screen import _moves, _prior_guess, _screen, _screening
-from compileiq_build.strategies.model.spills import _spill_bytes, _spilling
-from compileiq_build.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left
-from compileiq_build.strategies.model.transfer import _fits, _transfer, _transfers
+from compileiq_build.build.space import Config, config_key
+from compileiq_build.search.strategies.base import Candidate, Context, Proposal, Stop, Trial
+from compileiq_build.search.strategies.model.features import _best_ratio, _incumbent
+from compileiq_build.search.strategies.model.fit import _learned, _predict
+from compileiq_build.search.strategies.model.local import _combine, _unrefined
+from compileiq_build.search.strategies.model.pool import _pool
+from compileiq_build.search.strategies.model.screen import _moves, _prior_guess, _screen, _screening
+from compileiq_build.search.strategies.model.spills import _spill_bytes, _spilling
+from compileiq_build.search.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left
+from compileiq_build.search.strategies.model.transfer import _fits, _transfer, _transfers
 
 if TYPE_CHECKING:
-    from compileiq_build.prior import Prior
+    from compileiq_build.search.prior import Prior
 
 
 class ModelGuided:

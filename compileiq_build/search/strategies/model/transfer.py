@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from compileiq_build.space import DEFAULT, Config, FlagSpace, config_key
-from compileiq_build.strategies.base import Context, Trial
-from compileiq_build.strategies.model.fit import INVALID_RATIO
+from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key
+from compileiq_build.search.strategies.base import Context, Trial
+from compileiq_build.search.strategies.model.fit import INVALID_RATIO
 
 TRANSFER_SEEDS = 4
 

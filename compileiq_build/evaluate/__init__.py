@@ -1,0 +1,3 @@
+"""One candidate measured against the baseline: the baseline itself (baseline), building and recording
+a candidate (evaluator), its paired runs (pairing).
+"""

@@ -1,0 +1,3 @@
+"""The machine: its GPUs and tools (environment), NVML during runs (gpu), child processes in their own
+group (process).
+"""

@@ -1,0 +1,3 @@
+"""What the user reads and commits: the live panel and log (progress), reports (report, html, effects)
+and the toolchain file (toolchain).
+"""
