@@ -146,7 +146,7 @@ def read_build(build: Build) -> None:
         build.error = "cuobjdump found no SASS in the cubin"
         return
     build.digest, build.kernels = sass_digests(sass)
-    features = codeinfo._features(codeinfo._instruction_mix(sass), codeinfo._resources(build.log))
+    features = codeinfo.config_features(codeinfo._instruction_mix(sass), codeinfo._resources(build.log))
     present = {key.split(":", 1)[0] for key in features}
     for kernel in build.kernels:
         if codeinfo._short(kernel) in present:

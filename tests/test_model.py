@@ -9,7 +9,7 @@ import statistics
 
 from compileiq_build.build.space import Dimension, FlagSpace, config_key
 from compileiq_build.search.strategies import Context, RandomSearch, Stop, Trial
-from compileiq_build.search.strategies.model import ModelGuided, _transfers
+from compileiq_build.search.strategies.model import ModelGuided, transfer_holds
 
 SPACE = FlagSpace((
     Dimension("CUDA", "rul", tuple(str(i) for i in range(11)), "--rul={v}", 1),
@@ -155,7 +155,7 @@ def test_other_targets_count_only_when_their_best_gain_here_too():
     prior = [({"CUDA:rul": "3"}, Trial({"CUDA:rul": "3"}, 0.95, True)),
              ({"CUDA:rul": "1"}, Trial({"CUDA:rul": "1"}, 1.10, False))]
     here = {"CUDA:rul": "3"}
-    assert _transfers(prior, [(here, Trial(here, 0.97, True))])  # 3% of the 5%: similar
-    assert not _transfers(prior, [(here, Trial(here, 0.996, True))])  # 0.4% of 5%: they differ
-    assert not _transfers(prior, [(here, Trial(here, None, False))])  # invalid here
-    assert _transfers(prior, []) is None  # nothing of theirs measured here yet
+    assert transfer_holds(prior, [(here, Trial(here, 0.97, True))])  # 3% of the 5%: similar
+    assert not transfer_holds(prior, [(here, Trial(here, 0.996, True))])  # 0.4% of 5%: they differ
+    assert not transfer_holds(prior, [(here, Trial(here, None, False))])  # invalid here
+    assert transfer_holds(prior, []) is None  # nothing of theirs measured here yet

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.search.strategies import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.search.strategies.model import FREE_STREAK, ModelGuided, _spilling, screening_moves
+from compileiq_build.search.strategies.model import FREE_STREAK, ModelGuided, screening_moves, spilling_mask
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),
@@ -50,7 +50,7 @@ def search(model: ModelGuided, known: list[Candidate], closed: bool, outcome=rat
     return history, phases, None
 
 
-def _changed(a: Config, b: Config) -> list[str]:
+def changed_options(a: Config, b: Config) -> list[str]:
     return [k for k in a if a[k] != b[k]]
 
 
@@ -70,7 +70,8 @@ def test_the_model_checks_the_incumbents_neighbours_before_it_stops():
     incumbent = min(history, key=lambda t: t.ratio).config
     measured = {config_key(t.config) for t in history}
     for dim in SPACE.dimensions:
-        neighbours = [config_key(c.config) for c in known if _changed(c.config, incumbent) == [dim.key]]
+        neighbours = [config_key(c.config) for c in known
+                      if changed_options(c.config, incumbent) == [dim.key]]
         assert not neighbours or measured & set(neighbours), dim.key
 
 
@@ -189,10 +190,10 @@ def test_codes_that_spill_are_not_proposed_until_one_that_spills_was_faster():
     context = Context(SPACE, [Trial(spilling, 0.9, True, code=config_key(SPACE.full_config(spilling)))],
                       known, closed=True, budget=20, baseline_code=config_key(SPACE.default_config()))
     pool = [c for c in CONFIGS if spills(c)]
-    assert not _spilling(context, pool).any()
+    assert not spilling_mask(context, pool).any()
     slower = Context(SPACE, [Trial(spilling, 1.3, False, code=config_key(SPACE.full_config(spilling)))],
                      known, closed=True, budget=20, baseline_code=config_key(SPACE.default_config()))
-    assert _spilling(slower, pool).all()
+    assert spilling_mask(slower, pool).all()
 
 
 def _open_search(model: ModelGuided, spills, outcome, budget: int) -> tuple[list[Trial], int]:
@@ -245,7 +246,7 @@ def test_an_open_search_does_not_measure_what_a_compiled_configuration_shows_to_
     context = Context(SPACE, known=compiled, budget=10)
     uncompiled = [{**SPACE.default_config(), "T:R": r, "T:X": "on", "T:S": "b"}
                   for r in (DEFAULT, "1", "2", "3")]
-    assert _spilling(context, uncompiled).tolist() == [False, False, True, True]
+    assert spilling_mask(context, uncompiled).tolist() == [False, False, True, True]
 
 
 def test_vet_turns_down_only_the_models_own_proposals_of_spilling_code():
@@ -333,12 +334,12 @@ def test_the_local_step_first_takes_an_option_of_the_best_away():
 
     first = propose(history)
     assert first.phase == "local"
-    taken = _changed(SPACE.full_config(first.config), best)
+    taken = changed_options(SPACE.full_config(first.config), best)
     assert len(taken) == 1 and first.config[taken[0]] == DEFAULT
     twin = Trial(first.config, 0.97, True, code=code(best), phase="local")  # the best's code again
     second = propose([*history, twin])
     assert second.phase == "local" and second.config != first.config
-    gone = _changed(SPACE.full_config(second.config), best)
+    gone = changed_options(SPACE.full_config(second.config), best)
     assert len(gone) == 1 and second.config[gone[0]] == DEFAULT
 
 
@@ -367,7 +368,7 @@ def test_a_local_step_in_flight_for_the_previous_best_leaves_the_new_best_unrefi
     refined = propose(config_key(SPACE.full_config(previous)))
     assert isinstance(refined, Proposal) and refined.phase == "local"
     assert refined.parent == config_key(SPACE.full_config(best))
-    assert len(_changed(SPACE.full_config(refined.config), best)) == 1
+    assert len(changed_options(SPACE.full_config(refined.config), best)) == 1
     assert propose("").phase != "local"
     assert propose(refined.parent).phase != "local"
 
@@ -385,9 +386,9 @@ def test_with_a_winner_the_model_spends_its_budget_rather_than_stop():
         return ratio(c) - (0.003 * (c["T:S"] == "a") + 0.006 * (c["T:R"] == "3") if c["T:X"] == "on" else 0.0)
 
     optimum = min(CONFIGS, key=interacting)
-    assert _changed(optimum, x_on) == ["T:R", "T:S"]
+    assert changed_options(optimum, x_on) == ["T:R", "T:S"]
     known = [Candidate(c, config_key(c)) for c in CONFIGS
-             if c in (optimum, x_on) or not (c["T:X"] == "on" and len(_changed(c, x_on)) == 1)]
+             if c in (optimum, x_on) or not (c["T:X"] == "on" and len(changed_options(c, x_on)) == 1)]
     unbudgeted, _, stop = search(ModelGuided(seed=0), known, closed=True, outcome=interacting, budget=None)
     assert stop is not None and "no untried configuration beats" in stop.reason
     assert min(t.ratio for t in unbudgeted) > interacting(optimum)

@@ -16,22 +16,22 @@ from compileiq_build.build.space import Config, FlagSpace, config_key
 from compileiq_build.search.strategies.base import Context
 
 
-def _changed(config: Config, base: Config) -> list[str]:
+def changed_options(config: Config, base: Config) -> list[str]:
     return [k for k, v in config.items() if base.get(k) != v]
 
 
-def _incumbent(context: Context) -> Config:
+def best_config(context: Context) -> Config:
     """The best measured configuration, else the project's flags."""
     return min(((c, t.ratio) for c, t in context.measured if t.ratio is not None),
                key=lambda ct: ct[1], default=(context.space.default_config(), 1.0))[0]
 
 
-def _best_ratio(context: Context) -> float:
+def best_ratio(context: Context) -> float:
     """The best measured cost ratio, 1.0 (the project's flags) before any beats it."""
     return min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
 
 
-def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
+def one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
     """One column per non-default value of every dimension."""
     columns = [(d.key, v) for d in space.dimensions for v in d.values]
     index = {kv: i for i, kv in enumerate(columns)}
@@ -43,7 +43,8 @@ def _one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
     return x
 
 
-def _features(context: Context, configs: Sequence[Config], totals: bool = True) -> list[Mapping[str, float]]:
+def config_features(context: Context, configs: Sequence[Config], totals: bool = True
+                    ) -> list[Mapping[str, float]]:
     """Each configuration's compile-time features, where known: those of its code (a configuration
     of a code whose features are known has them), with `totals` those over kernels only
     (per-kernel columns are many, for few rows)."""
@@ -54,10 +55,10 @@ def _features(context: Context, configs: Sequence[Config], totals: bool = True) 
     return [({k: v for k, v in r.items() if k.startswith("all:")} if totals else {}) or r for r in rows]
 
 
-def _standardized_features(context: Context, configs: Sequence[Config]) -> np.ndarray:
-    """The configurations' compile-time features (`_features`), a column per feature that varies
+def standardized_features(context: Context, configs: Sequence[Config]) -> np.ndarray:
+    """The configurations' compile-time features (`config_features`), a column per feature that varies
     among the known ones, standardized; NaN where a configuration's features are not known."""
-    rows = _features(context, configs)
+    rows = config_features(context, configs)
     names = sorted({k for r in rows for k in r})
     f = np.array([[float(r.get(n, math.nan)) for n in names] for r in rows]).reshape(len(rows), len(names))
     known = ~np.isnan(f).all(axis=0)

@@ -21,8 +21,8 @@ import numpy as np
 
 from compileiq_build.build.space import Config, config_key
 from compileiq_build.search.strategies.base import Context, Trial
-from compileiq_build.search.strategies.model.features import _features, _one_hot, _standardized_features
-from compileiq_build.search.strategies.model.stop import _noise
+from compileiq_build.search.strategies.model.features import config_features, one_hot, standardized_features
+from compileiq_build.search.strategies.model.stop import resolved_noise
 
 if TYPE_CHECKING:
     from compileiq_build.search.prior import Prior
@@ -36,11 +36,11 @@ INVALID_RATIO = 1.1
 EFFECT_PRIOR = 0.05
 # Evaluations of other targets (warm start) count this much in the fit.
 TRANSFER_WEIGHT = 0.5
-# Prior spread of the scale of the learned prior's predictions, around 1 (prior.py; `_predict`).
+# Prior spread of the scale of the learned prior's predictions, around 1 (prior.py; `predict`).
 PRIOR_SCALE_SD = 0.5
 
 
-def _learned(prior: Prior | None, context: Context) -> bool:
+def prior_informs(prior: Prior | None, context: Context) -> bool:
     """Whether the prior informs this search: one is loaded and the baseline's code is known."""
     return prior is not None and bool(context.baseline_features)
 
@@ -48,9 +48,9 @@ def _learned(prior: Prior | None, context: Context) -> bool:
 def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
     """The prior's log(cost ratio) of each configuration (0 without one), from its code's
     features where compiled, else from its options and the baseline's code."""
-    if prior is None or not context.baseline_features:  # as `_learned`
+    if prior is None or not context.baseline_features:  # as `prior_informs`
         return np.zeros(len(configs))
-    features = _features(context, configs, totals=False)
+    features = config_features(context, configs, totals=False)
     return prior.predict(configs, features, context.baseline_features)
 
 
@@ -72,22 +72,22 @@ def _data(context: Context, transfer: Sequence[tuple[Config, Trial]]
     return [c for c, _, _ in rows], target, np.array([w for _, _, w in rows])
 
 
-def _predict(context: Context, transfer: Sequence[tuple[Config, Trial]], pool: list[Config],
+def predict(context: Context, transfer: Sequence[tuple[Config, Trial]], pool: list[Config],
              prior: Prior | None, assumed_noise: float) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation of log(cost ratio) for every pool configuration."""
     train, target, weight = _data(context, transfer)
-    noise, _ = _noise(context.measured, assumed_noise)
+    noise, _ = resolved_noise(context.measured, assumed_noise)
     # The prior learned across kernels is the mean, times a scale fitted here (1 a priori): where
     # the measurements contradict it, the scale falls towards 0 and the search is as without it.
     offset_train, offset_pool = _prior_mean(prior, context, train), _prior_mean(prior, context, pool)
     target = target - offset_train
-    x_train, x_pool = _one_hot(context.space, train), _one_hot(context.space, pool)
+    x_train, x_pool = one_hot(context.space, train), one_hot(context.space, pool)
     spreads = np.full(x_train.shape[1], EFFECT_PRIOR)
     if transfer:  # an effect of its own for other targets' rows: the offset between the targets
         x_train = np.hstack([x_train, (weight < 1.0)[:, None].astype(float)])
         x_pool = np.hstack([x_pool, np.zeros((len(pool), 1))])
         spreads = np.append(spreads, EFFECT_PRIOR)
-    if _learned(prior, context):
+    if prior_informs(prior, context):
         x_train = np.hstack([x_train, offset_train[:, None]])
         x_pool = np.hstack([x_pool, offset_pool[:, None]])
         spreads = np.append(spreads, PRIOR_SCALE_SD)
@@ -111,8 +111,8 @@ def _gp(context: Context, train: list[Config], target: np.ndarray, weight: np.nd
     """Gaussian-process regression over the options (one-hot) and the code's features
     (standardized): configurations of similar code are predicted alike."""
     configs = train + pool
-    x = _one_hot(context.space, configs)
-    z = np.nan_to_num(_standardized_features(context, configs))  # unknown: the mean
+    x = one_hot(context.space, configs)
+    z = np.nan_to_num(standardized_features(context, configs))  # unknown: the mean
     if z.shape[1]:
         # The features together weigh about as much as a few options, however many columns.
         x = np.hstack([x, z / max(1.0, math.sqrt(z.shape[1] / 4))])

@@ -22,15 +22,15 @@ import numpy as np
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import _changed, _standardized_features
+from compileiq_build.search.strategies.model.features import changed_options, standardized_features
 
 COMBINE = 2
 
 
-def _combine(context: Context, mean: np.ndarray, best: float) -> int | None:
+def combine_choice(context: Context, mean: np.ndarray, best: float) -> int | None:
     """The pool configuration (an index) of the best predicted mean, while fewer than COMBINE
     configurations of several options were measured and it is predicted to beat the best."""
-    combined = sum(len(_changed(c, context.space.default_config())) > 1 for c, _ in context.measured)
+    combined = sum(len(changed_options(c, context.space.default_config())) > 1 for c, _ in context.measured)
     if combined < COMBINE:
         choice = int(np.argmin(mean))
         if mean[choice] < math.log(best):
@@ -38,10 +38,10 @@ def _combine(context: Context, mean: np.ndarray, best: float) -> int | None:
     return None
 
 
-def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
+def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
                spilling: np.ndarray) -> int | None:
     """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
-    among those not left out for spilling (`_spilling`), unless a local proposal for the
+    among those not left out for spilling (`spilling_mask`), unless a local proposal for the
     incumbent was made already and did not compile to the incumbent's own code.  Nearest: by the
     distance of their compile-time features where both are compiled (of those not compiled, the
     incumbent less one of its options comes first, any other after), then by the options
@@ -59,7 +59,7 @@ def _unrefined(context: Context, incumbent: Config, pool: Sequence[Config], mean
     if not pool or any(t.phase == "local" and t.parent in ("", key) and not (own and t.code == own)
                        for t in later):
         return None
-    z = _standardized_features(context, [incumbent, *pool])
+    z = standardized_features(context, [incumbent, *pool])
     # No feature known (a table without them): no distance, rather than 0 for every pair.
     distance = ((z[1:] - z[0]) ** 2).sum(1) if z.shape[1] else np.full(len(pool), math.nan)
     # Not compiled yet: the incumbent less one of its options first (presumed nearest), the rest

@@ -13,12 +13,12 @@ import random
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import _changed, _incumbent
+from compileiq_build.search.strategies.model.features import best_config, changed_options
 
 POOL = 4000
 
 
-def _pool(context: Context, rng: random.Random) -> list[Config]:
+def candidate_pool(context: Context, rng: random.Random) -> list[Config]:
     """Untried configurations to rank, one per known machine code."""
     space = context.space
     if context.closed:
@@ -33,7 +33,7 @@ def _pool(context: Context, rng: random.Random) -> list[Config]:
             configs = [{d.key: rng.choice(c) for d, c in zip(dims, choices, strict=True)}
                        for _ in range(POOL)]
             # Around the best so far: one dimension changed, and pairs of changes.
-            incumbent = _incumbent(context)
+            incumbent = best_config(context)
             for d, values in zip(dims, choices, strict=True):
                 configs += [{**incumbent, d.key: v} for v in values]
             for _ in range(POOL // 4):
@@ -48,7 +48,7 @@ def _pool(context: Context, rng: random.Random) -> list[Config]:
         if context.fresh(c) and key != BASELINE:
             # Of one code, the configuration with the fewest options set stands for it.
             label = codes.get(key) or key
-            if label not in unique or len(_changed(c, space.default_config())) < len(
-                    _changed(unique[label], space.default_config())):
+            if label not in unique or len(changed_options(c, space.default_config())) < len(
+                    changed_options(unique[label], space.default_config())):
                 unique[label] = c
     return list(unique.values())

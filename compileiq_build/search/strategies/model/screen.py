@@ -23,11 +23,11 @@ import numpy as np
 
 from compileiq_build.build.space import Config, Dimension, FlagSpace
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import _best_ratio
-from compileiq_build.search.strategies.model.fit import _learned, _predict
-from compileiq_build.search.strategies.model.pool import _pool
-from compileiq_build.search.strategies.model.spills import _spilling
-from compileiq_build.search.strategies.model.stop import _free_streak, _noise, _repeats
+from compileiq_build.search.strategies.model.features import best_ratio
+from compileiq_build.search.strategies.model.fit import predict, prior_informs
+from compileiq_build.search.strategies.model.pool import candidate_pool
+from compileiq_build.search.strategies.model.spills import spilling_mask
+from compileiq_build.search.strategies.model.stop import free_streak, measured_repeats, resolved_noise
 
 if TYPE_CHECKING:
     from compileiq_build.search.prior import Prior
@@ -62,13 +62,13 @@ def screening_moves(space: FlagSpace) -> list[Config]:
     return moves
 
 
-def _screening(context: Context) -> bool:
+def screening_open(context: Context) -> bool:
     """Screening may still spend evaluations (SCREEN_SHARE of the budget)."""
     return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
 
 
-def _screen(context: Context) -> Config | None:
-    if not _screening(context):
+def screen_move(context: Context) -> Config | None:
+    if not screening_open(context):
         return None
     available = context.choices() if context.closed else None
     for move in screening_moves(context.space):
@@ -77,14 +77,14 @@ def _screen(context: Context) -> Config | None:
     return None
 
 
-def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
+def prior_guess(context: Context, rng: random.Random, prior: Prior | None,
                  assumed_noise: float) -> Config | None:
     """While screening with a prior: the untried configuration the prior (scaled and corrected by
     what was measured here) predicts to beat the best so far by the most, one-option move or not,
     while it predicts one to beat it beyond the noise."""
-    noise, _ = _noise(context.measured, assumed_noise)
+    noise, _ = resolved_noise(context.measured, assumed_noise)
     # A guess found something only as a code not measured before.
-    guessed = [t for t, repeat in _repeats(context) if t.phase == "prior" and not repeat]
+    guessed = [t for t, repeat in measured_repeats(context) if t.phase == "prior" and not repeat]
     # Guesses in flight (proposed while the GPU measures others) count as gaining nothing until
     # measured, so that no more than PRIOR_TRIES are out before one has shown a gain.
     in_flight = sum(t.pending and t.phase == "prior" for t in context.history)
@@ -94,21 +94,21 @@ def _prior_guess(context: Context, rng: random.Random, prior: Prior | None,
         return None
     # Two guesses in a row of code measured before: its guesses vary options that leave this
     # code as it is, a compile each, and screening takes over.
-    if _free_streak(context, ("prior",)) >= PRIOR_TRIES:
+    if free_streak(context, ("prior",)) >= PRIOR_TRIES:
         return None
-    if not _screening(context) or not (pool := _pool(context, rng)):
+    if not screening_open(context) or not (pool := candidate_pool(context, rng)):
         return None
-    mean, _ = _predict(context, [], pool, prior, assumed_noise)
-    mean = np.where(_spilling(context, pool), np.inf, mean)
+    mean, _ = predict(context, [], pool, prior, assumed_noise)
+    mean = np.where(spilling_mask(context, pool), np.inf, mean)
     choice = int(np.argmin(mean))
     # Near the best so far the prediction is the best's own: no guess there finds new code.
-    return pool[choice] if mean[choice] < math.log(_best_ratio(context)) + math.log1p(-noise) else None
+    return pool[choice] if mean[choice] < math.log(best_ratio(context)) + math.log1p(-noise) else None
 
 
-def _moves(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:
+def screening_order(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:
     """The one-option moves in screening order; with a prior, best predicted first."""
     moves = screening_moves(context.space)
-    if not _learned(prior, context):
+    if not prior_informs(prior, context):
         return moves
-    mean, _ = _predict(context, [], moves, prior, assumed_noise)
+    mean, _ = predict(context, [], moves, prior, assumed_noise)
     return [moves[i] for i in np.argsort(mean, kind="stable")]

@@ -20,21 +20,22 @@ import numpy as np
 
 from compileiq_build.build.space import Config, FlagSpace
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import _features, _one_hot
+from compileiq_build.search.strategies.model.features import config_features, one_hot
 
 
-def _spill_bytes(features: Mapping[str, float]) -> float:
+def spill_bytes(features: Mapping[str, float]) -> float:
     return features.get("all:spill_bytes", features.get("spill_bytes", math.nan))
 
 
-def _spilling(context: Context, pool: Sequence[Config]) -> np.ndarray:
+def spilling_mask(context: Context, pool: Sequence[Config]) -> np.ndarray:
     """Which pool configurations compile to code that spills more than the least-spilling code
     known, while no measured code that spills more was faster than the baseline.  The model
     would explore them (their features lie far from every measured code), and spills to local
     memory are slowdowns but rarely (benchmarks/results/search/compile_ahead/).  Where a
     configuration's code is not compiled, `_predicted_spills` decides."""
     def spills(configs: Sequence[Config]) -> np.ndarray:
-        return np.array([_spill_bytes(f) for f in _features(context, configs, totals=False)], dtype=float)
+        features = config_features(context, configs, totals=False)
+        return np.array([spill_bytes(f) for f in features], dtype=float)
 
     compiled = [context.space.full_config(c.config) for c in context.known]
     known = spills(compiled)
@@ -61,7 +62,7 @@ def _predicted_spills(space: FlagSpace, compiled: Sequence[Config], spills: np.n
     log(1 + spills beyond the least) on one-hot option values (a register cap spills whatever
     else is set), so that a value seen spilling once, with nothing else to blame, is predicted
     to spill.  Below one byte beyond the least, the prediction is the least."""
-    x, xp = _one_hot(space, compiled), _one_hot(space, configs)
+    x, xp = one_hot(space, compiled), one_hot(space, configs)
     y = np.log1p(spills - least)
     effects = np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
     excess = np.expm1(xp @ effects)

@@ -20,14 +20,19 @@ import numpy as np
 
 from compileiq_build.build.space import Config, config_key
 from compileiq_build.search.strategies.base import Candidate, Context, Proposal, Stop, Trial
-from compileiq_build.search.strategies.model.features import _best_ratio, _incumbent
-from compileiq_build.search.strategies.model.fit import _learned, _predict
-from compileiq_build.search.strategies.model.local import _combine, _unrefined
-from compileiq_build.search.strategies.model.pool import _pool
-from compileiq_build.search.strategies.model.screen import _moves, _prior_guess, _screen, _screening
-from compileiq_build.search.strategies.model.spills import _spill_bytes, _spilling
-from compileiq_build.search.strategies.model.stop import FREE_STREAK, _free_streak, _no_gain_left
-from compileiq_build.search.strategies.model.transfer import _fits, _transfer, _transfers
+from compileiq_build.search.strategies.model.features import best_config, best_ratio
+from compileiq_build.search.strategies.model.fit import predict, prior_informs
+from compileiq_build.search.strategies.model.local import combine_choice, local_choice
+from compileiq_build.search.strategies.model.pool import candidate_pool
+from compileiq_build.search.strategies.model.screen import (
+    prior_guess,
+    screen_move,
+    screening_open,
+    screening_order,
+)
+from compileiq_build.search.strategies.model.spills import spill_bytes, spilling_mask
+from compileiq_build.search.strategies.model.stop import FREE_STREAK, free_streak, no_gain_left
+from compileiq_build.search.strategies.model.transfer import expressible, transfer_holds, transfer_seed
 
 if TYPE_CHECKING:
     from compileiq_build.search.prior import Prior
@@ -47,41 +52,41 @@ class ModelGuided:
     def propose(self, context: Context) -> Proposal | Stop:
         space = context.space
         rng = random.Random(f"{self.seed}:{len(context.history)}")
-        transfer = [(space.full_config(t.config), t) for t in self.transfer if _fits(space, t.config)]
-        if (seed := _transfer(context, transfer)) is not None:
+        transfer = [(space.full_config(t.config), t) for t in self.transfer if expressible(space, t.config)]
+        if (seed := transfer_seed(context, transfer)) is not None:
             return Proposal(seed, "transfer")
-        if not _transfers(transfer, context.measured):
+        if not transfer_holds(transfer, context.measured):
             transfer = []
         # What transferred from other targets informs the model as screening would.
-        if (not transfer and _learned(self.prior, context)
-                and (guess := _prior_guess(context, rng, self.prior, self.noise)) is not None):
+        if (not transfer and prior_informs(self.prior, context)
+                and (guess := prior_guess(context, rng, self.prior, self.noise)) is not None):
             return Proposal(guess, "prior")
-        if not transfer and (move := _screen(context)) is not None:
+        if not transfer and (move := screen_move(context)) is not None:
             return Proposal(move, "screen")
         return self._refine(context, transfer, rng)
 
     def _refine(self, context: Context, transfer: Sequence[tuple[Config, Trial]],
                 rng: random.Random) -> Proposal | Stop:
         """The phases after screening: combine, local and model, or a stop rule."""
-        if (streak := _free_streak(context)) >= FREE_STREAK:
+        if (streak := free_streak(context)) >= FREE_STREAK:
             return Stop(f"its last {streak} proposals compiled to machine code measured before")
-        pool = _pool(context, rng)
+        pool = candidate_pool(context, rng)
         if not pool:
             return Stop("every configuration of the space was measured")
-        mean, std = _predict(context, transfer, pool, self.prior, self.noise)
-        best = _best_ratio(context)
-        if (choice := _combine(context, mean, best)) is not None:
+        mean, std = predict(context, transfer, pool, self.prior, self.noise)
+        best = best_ratio(context)
+        if (choice := combine_choice(context, mean, best)) is not None:
             return Proposal(pool[choice], "combine")
-        spilling = _spilling(context, pool)
+        spilling = spilling_mask(context, pool)
         bound = np.where(spilling, np.inf, mean - self.kappa * std)
-        incumbent = _incumbent(context)
-        if best < 1.0 and (local := _unrefined(context, incumbent, pool, mean, spilling)) is not None:
+        incumbent = best_config(context)
+        if best < 1.0 and (local := local_choice(context, incumbent, pool, mean, spilling)) is not None:
             return Proposal(pool[local], "local", config_key(incumbent))
         choice = int(np.argmin(bound))
         if not np.isfinite(bound[choice]):
             return Stop("every untried configuration left compiles to code that spills more than "
                         "the least-spilling code known (the spill rule)")
-        if (stop := _no_gain_left(context, incumbent, pool, mean, std, bound, best, self.noise)) is not None:
+        if (stop := no_gain_left(context, incumbent, pool, mean, std, bound, best, self.noise)) is not None:
             return stop
         return Proposal(pool[choice], "model")
 
@@ -91,9 +96,9 @@ class ModelGuided:
         spills more than the least-spilling code known (the spill rule), or ""."""
         if proposal.phase not in ("local", "model") or candidate.code in context.by_code:
             return ""  # screening and combine may measure spills (spills.py); a measured code is free
-        if not _spilling(context, [context.space.full_config(candidate.config)])[0]:
+        if not spilling_mask(context, [context.space.full_config(candidate.config)])[0]:
             return ""
-        return (f"its code spills {_spill_bytes(candidate.features):.0f} bytes, more than the "
+        return (f"its code spills {spill_bytes(candidate.features):.0f} bytes, more than the "
                 f"least-spilling code known (the spill rule)")
 
     def scout(self, context: Context, count: int) -> list[Config]:
@@ -104,17 +109,17 @@ class ModelGuided:
         spill last."""
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
-        if _screening(context):
-            moves = [m for m in _moves(context, self.prior, self.noise)
+        if screening_open(context):
+            moves = [m for m in screening_order(context, self.prior, self.noise)
                      if context.fresh(m) and config_key(m) not in known
                      and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
         rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
-        pool = [c for c in _pool(context, rng) if config_key(c) not in known]
+        pool = [c for c in candidate_pool(context, rng) if config_key(c) not in known]
         if not pool:
             return []
-        mean, std = _predict(context, [], pool, self.prior, self.noise)
+        mean, std = predict(context, [], pool, self.prior, self.noise)
         # Those left out for spilling (predicted, as none is compiled) come last, as in `propose`.
-        bound = np.where(_spilling(context, pool), np.inf, mean - self.kappa * std)
+        bound = np.where(spilling_mask(context, pool), np.inf, mean - self.kappa * std)
         return [pool[i] for i in np.argsort(bound, kind="stable")[:count]]

@@ -18,7 +18,7 @@ from compileiq_build.search.strategies.model.fit import INVALID_RATIO
 TRANSFER_SEEDS = 4
 
 
-def _transfers(transfer: Sequence[tuple[Config, Trial]],
+def transfer_holds(transfer: Sequence[tuple[Config, Trial]],
                trials: Sequence[tuple[Config, Trial]]) -> bool | None:
     """Whether the other targets' faster configurations measured here gained here at least half
     of what they gained there (log ratios, on average); None before one was measured here."""
@@ -30,15 +30,15 @@ def _transfers(transfer: Sequence[tuple[Config, Trial]],
     return sum(h for h, _ in pairs) <= 0.5 * sum(t for _, t in pairs)
 
 
-def _fits(space: FlagSpace, config: Mapping[str, str]) -> bool:
+def expressible(space: FlagSpace, config: Mapping[str, str]) -> bool:
     """A configuration measured for another target that this space can express."""
     values = {d.key: (DEFAULT, *d.values) for d in space.dimensions}
     return all(k in values and v in values[k] for k, v in config.items())
 
 
-def _transfer(context: Context, transfer: Sequence[tuple[Config, Trial]]) -> Config | None:
+def transfer_seed(context: Context, transfer: Sequence[tuple[Config, Trial]]) -> Config | None:
     """Other targets' best configurations first, while what was taken from them holds up."""
-    if len(context.measured) >= TRANSFER_SEEDS or _transfers(transfer, context.measured) is False:
+    if len(context.measured) >= TRANSFER_SEEDS or transfer_holds(transfer, context.measured) is False:
         return None
     ranked = sorted(((t.ratio, config_key(c), c) for c, t in transfer
                      if t.faster and t.ratio is not None and context.fresh(c)), key=lambda rkc: rkc[:2])
