@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compileiq_build.build import codeinfo
-from compileiq_build.build.space import DEFAULT, Config, Dimension, _cuda_dimensions, config_key
+from compileiq_build.build.space import DEFAULT, Config, Dimension, config_key, dimensions_for
 from compileiq_build.decide.stats import ratio_estimate
 from compileiq_build.machine.environment import find_tool
 
@@ -68,7 +68,7 @@ BASELINE_ID = "v0"
 
 def dimensions() -> list[Dimension]:
     """The default CUDA space of `tune`: its dimensions without the numerics-changing ones."""
-    return [d for d in _cuda_dimensions() if not d.numerics]
+    return [d for d in dimensions_for("CUDA") if not d.numerics]
 
 
 def configurations(dims: Sequence[Dimension], samples: int, seed: int) -> list[Config]:
@@ -141,15 +141,15 @@ def read_build(build: Build) -> None:
 
     The features are codeinfo.read_code's for this one cubin, computed from the SASS read here
     (read_code would disassemble it a second time; tests check that they agree)."""
-    sass = codeinfo._cuobjdump(build.cubin)
+    sass = codeinfo.cuobjdump_sass(build.cubin)
     if not sass:
         build.error = "cuobjdump found no SASS in the cubin"
         return
     build.digest, build.kernels = sass_digests(sass)
-    features = codeinfo.config_features(codeinfo._instruction_mix(sass), codeinfo._resources(build.log))
+    features = codeinfo.sass_features(sass, build.log)
     present = {key.split(":", 1)[0] for key in features}
     for kernel in build.kernels:
-        if codeinfo._short(kernel) in present:
+        if codeinfo.feature_label(kernel) in present:
             hot = codeinfo.hot_features(features, {kernel})
             build.features[kernel] = {k: v for k, v in hot.items() if k.startswith("all:")}
 

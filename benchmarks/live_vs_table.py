@@ -84,7 +84,7 @@ def _renamed_code(cubin: Path, kernel: str) -> str:
     theirs = _ANONYMOUS.search(kernel.encode())
     if theirs is None:
         return ""
-    sass = _ANONYMOUS.sub(theirs[0], codeinfo._cuobjdump(cubin) or b"")
+    sass = _ANONYMOUS.sub(theirs[0], codeinfo.cuobjdump_sass(cubin) or b"")
     return corpus_record.sass_digests(sass)[1].get(kernel, "")
 
 

@@ -13,7 +13,8 @@ from filelock import FileLock
 
 from compileiq_build import cmake_dir
 from compileiq_build.build.trees import BuildTree
-from compileiq_build.evaluate.evaluator import Evaluator, Sampling
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine import environment
 from compileiq_build.project.manifest import load_project
 from compileiq_build.results.progress import Reporter

@@ -117,7 +117,7 @@ def test_ptx_then_ptxas_gives_the_code_of_nvcc_cubin(tmp_path: Path) -> None:
     ref = tmp_path / "ref.cubin"
     subprocess.run([nvcc, "-O3", "-arch=sm_90", "-cubin", *flags, str(src), "-o", str(ref)],
                    check=True, capture_output=True)
-    assert cr.sass_digests(codeinfo._cuobjdump(ref)) == (build.digest, build.kernels)
+    assert cr.sass_digests(codeinfo.cuobjdump_sass(ref)) == (build.digest, build.kernels)
 
 
 def test_the_table_holds_what_the_shim_rows_say(compiled: list[cr.Build], tmp_path: Path) -> None:

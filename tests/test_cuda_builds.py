@@ -11,7 +11,8 @@ import pytest
 from conftest import FIXTURES
 
 from compileiq_build.build.trees import BuildTree
-from compileiq_build.evaluate.evaluator import Evaluator, Sampling
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine.environment import find_tool
 from compileiq_build.project.manifest import load_project
 from compileiq_build.results.progress import Reporter

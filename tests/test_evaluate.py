@@ -7,7 +7,7 @@ import random
 
 from conftest import cxx_evaluator
 
-from compileiq_build.evaluate.evaluator import Sampling
+from compileiq_build.decide.racing import Sampling
 
 
 def _first_roles(store, evaluation: int) -> list[str]:

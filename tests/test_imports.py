@@ -150,6 +150,16 @@ def test_the_package_has_no_import_cycle():
     assert set(order) == set(graph)
 
 
+def test_no_module_imports_another_modules_private_name():
+    private = []
+    for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "benchmarks").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("compileiq_build"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, private
+
+
 if __name__ == "__main__":
     print("\n".join("  ".join(line) for line in levels(import_graph())))
     print(mermaid(import_graph()))

@@ -7,8 +7,8 @@ from conftest import cxx_evaluator, write_finalists
 
 from compileiq_build.build.codeinfo import code_digest, object_files
 from compileiq_build.build.space import Dimension, FlagSpace
+from compileiq_build.decide.racing import Sampling
 from compileiq_build.decide.selection import decide, outcomes
-from compileiq_build.evaluate.evaluator import Sampling
 from compileiq_build.results.progress import Reporter
 from compileiq_build.results.report import report
 from compileiq_build.stages.minimize import minimize

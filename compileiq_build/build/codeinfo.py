@@ -106,7 +106,7 @@ def read_code(objects: list[Path], build_output: str, kernels: set[str] | None =
     a kernel calls them through a relocation, no name in its SASS); when none of them is in
     these objects (another target's profile, a renamed kernel), every function's.  The
     features always cover every function (hot_features selects)."""
-    dumps = [(obj, _cuobjdump(obj)) for obj in objects]
+    dumps = [(obj, cuobjdump_sass(obj)) for obj in objects]
     functions = [sass_functions(sass) if sass else [] for _, sass in dumps]
     named = {name for fs in functions for name, _ in fs}
     hot = (kernels or set()) & named
@@ -152,7 +152,8 @@ def sass_functions(sass: bytes) -> list[tuple[str, bytes]]:
 
 def kernels_of(obj: Path) -> set[str]:
     """The (mangled) names of the device functions whose SASS an object holds."""
-    return {m[1].decode() for line in (_cuobjdump(obj) or b"").splitlines() if (m := _FUNCTION.match(line))}
+    sass = cuobjdump_sass(obj) or b""
+    return {m[1].decode() for line in sass.splitlines() if (m := _FUNCTION.match(line))}
 
 
 def code_digest(objects: list[Path]) -> str:
@@ -165,6 +166,12 @@ def code_features(objects: list[Path], build_output: str) -> dict[str, float]:
     return read_code(objects, build_output).features
 
 
+def sass_features(sass: bytes, build_output: str) -> dict[str, float]:
+    """The features of SASS already disassembled (cuobjdump_sass) and of the build log: those
+    code_features gives for the object it came from, without disassembling it again."""
+    return _features(_instruction_mix(sass), _resources(build_output))
+
+
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes] | None:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=120, env=env)
@@ -172,7 +179,7 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
         return None
 
 
-def _cuobjdump(obj: Path) -> bytes | None:
+def cuobjdump_sass(obj: Path) -> bytes | None:
     """`cuobjdump -sass` of an object; None when it has no device code.  Any object may hold
     some: CUDA sources need not end in .cu (LANGUAGE CUDA on a .cpp)."""
     tool = find_tool("cuobjdump")
@@ -282,7 +289,7 @@ def _features(counts: dict[tuple[str, str | None], Counter[str]],
     features: dict[str, float] = {}
     for name, arch in keys:
         # nvlink does not name the arch when there is one: its report and the SASS meet here.
-        label = _short(name) + (f"@{arch}" if several_archs and arch else "")
+        label = feature_label(name) + (f"@{arch}" if several_archs and arch else "")
         values = {n: counts[name, arch][n] for n in _COUNTS} if (name, arch) in counts else {}
         for n, v in [*values.items(), *report.get((name, arch), {}).items()]:
             # One name in two objects (a template instantiated in each) is one function here.
@@ -299,7 +306,7 @@ def hot_features(features: dict[str, float], kernels: set[str]) -> dict[str, flo
     """The features of these kernels (mangled names) alone, the `all:` totals over them: a
     group's model then sees the code that takes the benchmarks' time.  Unchanged when none
     of them is among the features (another architecture's labels, an empty profile)."""
-    labels = {_short(k) for k in kernels}
+    labels = {feature_label(k) for k in kernels}
     kept = {k: v for k, v in features.items() if k.split(":", 1)[0].split("@", 1)[0] in labels}
     if not kept:
         return features
@@ -314,6 +321,6 @@ def hot_features(features: dict[str, float], kernels: set[str]) -> dict[str, flo
     return {**kept, **totals}
 
 
-def _short(name: str) -> str:
+def feature_label(name: str) -> str:
     """A mangled name as a stable, bounded feature name."""
     return name if len(name) < 60 else f"{name[:40]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"

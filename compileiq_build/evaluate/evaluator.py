@@ -4,7 +4,7 @@ The Evaluator holds what a target's evaluations share (its workers, the store, t
 and does the build-and-record part: compile a candidate in a worker's slot, store its machine
 code and features, and reuse the measurement of the same code measured before.  The rest is
 in the stages it calls: the baseline (baseline.py), the paired runs (pairing.py) and the rules
-that stop them early (racing.py, whose names this module re-exports).
+that stop them early (decide/racing.py).
 """
 
 from __future__ import annotations
@@ -17,17 +17,7 @@ from dataclasses import dataclass
 from compileiq_build.build.codeinfo import hot_features
 from compileiq_build.build.space import config_key
 from compileiq_build.build.trees import BuildResult
-from compileiq_build.decide.racing import (
-    INDIFFERENT_PAIRS,
-    NORMAL_STEP,
-    RACE_PAIRS,
-    Race,
-    Sampling,
-    indifferent,
-    race_for,
-    raced_out,
-    sampling_done,
-)
+from compileiq_build.decide.racing import Race, Sampling, race_for
 from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, summarize
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.baseline import Baseline, prepare_baseline
@@ -36,10 +26,6 @@ from compileiq_build.notes import Notes
 from compileiq_build.project.manifest import Benchmark, Target
 from compileiq_build.run.worker import BASELINE_SLOT, SCOUT_SLOT, Compiled, Worker
 from compileiq_build.store.database import BUILD_FAILED, COMPILED, MEASURED, SCOUT, EvaluationRow, Store
-
-# The racing names that tests and benchmarks import from here.
-__all__ = ["INDIFFERENT_PAIRS", "NORMAL_STEP", "RACE_PAIRS", "Built", "Evaluator", "Race", "Sampling",
-           "indifferent", "raced_out", "sampling_done"]
 
 
 @dataclass(frozen=True)
