@@ -114,6 +114,15 @@ Variables read:
 ``COMPILEIQ_TOOLCHAIN_FORMAT`` (set by the toolchain file)
   The file's format; a newer format than this module reads stops the configure.
 
+``COMPILEIQ_TOOLCHAIN_UNITS`` (set by the toolchain file)
+  The targets and groups the file decides (with flags or kept at the project's).  The
+  configure warns, once, about tuned units the file has no flags for here, and about
+  names in this list that the project no longer tunes (renamed or removed).
+
+The flags are applied by ``CompileIQApply.cmake`` beside this file; each toolchain
+file holds a copy of it, so that a build without the Python package gets the same
+flags on the same targets and groups.
+
 ``COMPILEIQ_CANDIDATE_FLAGS`` (set by the driver in its own build trees)
   Read each tuned target's flags from ``<build>/compileiq/candidate/<target>.<LANG>.opts``,
   so that candidates change without re-configuring.  Tuned flags from a
@@ -142,6 +151,8 @@ if(COMPILEIQ_TOOLCHAIN_FORMAT GREATER _COMPILEIQ_TOOLCHAIN_FORMAT)
     "Upgrade it (python -m pip install -U compileiq-build), or configure without the toolchain file.")
 endif()
 set(_COMPILEIQ_LANGUAGES CUDA CXX)
+# What applies a toolchain file's flags; every toolchain file also holds a copy of it.
+include("${CMAKE_CURRENT_LIST_DIR}/CompileIQApply.cmake")
 set(_COMPILEIQ_FORMATS auto nvbench gbench csv regex time)
 set(_COMPILEIQ_UNITS s ms us ns)
 
@@ -322,13 +333,7 @@ function(compileiq_tune)
     endif()
     set(group "${arg_GROUP}")
     if(NOT DEFINED arg_GROUP)
-      # The first file's name without extension and wildcards, else its folder's name:
-      # gamma/*.cu gives gamma, fattn-vec*.cu fattn-vec.
-      list(GET arg_SOURCES 0 first)
-      string(REGEX REPLACE "\\.[^/.]*$" "" group "${first}")
-      string(REGEX REPLACE "[*?]" "" group "${group}")
-      string(REGEX REPLACE "/+$" "" group "${group}")
-      string(REGEX REPLACE ".*/" "" group "${group}")
+      _compileiq_group_name("${arg_SOURCES}" group)
     endif()
     if(NOT group MATCHES "^[A-Za-z0-9_.+-]+$")
       message(FATAL_ERROR
@@ -364,22 +369,7 @@ function(compileiq_tune)
         "compileiq_tune(): '${tgt}' is an imported, interface or utility target and "
         "compiles nothing. Name the library or executable that compiles the sources.")
     endif()
-    # The whole target's languages, or a group's (its files and where they were named).
-    set(prop COMPILEIQ_LANGUAGES)
-    if(NOT group STREQUAL "")
-      set(prop "COMPILEIQ_GROUP_${group}_LANGUAGES")
-      set_property(TARGET "${tgt}" APPEND PROPERTY COMPILEIQ_GROUPS "${group}")
-      set_property(TARGET "${tgt}" APPEND PROPERTY "COMPILEIQ_GROUP_${group}_SOURCES" "${arg_SOURCES}")
-      set_property(TARGET "${tgt}" APPEND PROPERTY "COMPILEIQ_GROUP_${group}_CALLS" "${CMAKE_CURRENT_LIST_FILE}")
-    endif()
-    get_target_property(old "${tgt}" ${prop})
-    if(NOT old)
-      set(old "")
-    endif()
-    set(merged ${old} ${languages})
-    list(REMOVE_DUPLICATES merged)
-    set_property(TARGET "${tgt}" PROPERTY ${prop} "${merged}")
-    set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_TUNED "${tgt}")
+    _compileiq_mark("${tgt}" "${group}" "${languages}" "${arg_SOURCES}")
   endforeach()
 endfunction()
 
@@ -495,246 +485,7 @@ function(compileiq_add_benchmark name)
 endfunction()
 
 # --- everything below runs at the end of the configure step -----------------
-
-# The architecture keys the toolchain file has flags for, for one target and language.
-function(_compileiq_tuned_keys id lang out)
-  get_cmake_property(variables VARIABLES)
-  set(keys "")
-  foreach(v IN LISTS variables)
-    if(v MATCHES "^COMPILEIQ_FLAGS_${id}_${lang}_(.+)$")
-      list(APPEND keys "${CMAKE_MATCH_1}")
-    endif()
-  endforeach()
-  set(${out} "${keys}" PARENT_SCOPE)
-endfunction()
-
-# The CUDA architecture key of a target: sm_<NN> when it builds for exactly
-# one architecture, "portable" otherwise.
-function(_compileiq_cuda_arch_key tgt out_key out_archs)
-  get_target_property(archs "${tgt}" CUDA_ARCHITECTURES)
-  if(NOT archs OR archs STREQUAL "archs-NOTFOUND")
-    set(archs "${CMAKE_CUDA_ARCHITECTURES}")
-  endif()
-  if(NOT archs)
-    # Policy CMP0104 OLD: the architecture may come as -arch=sm_NN in CMAKE_CUDA_FLAGS.
-    string(REGEX MATCHALL "(-arch|--gpu-architecture)[= ]sm_[0-9]+[a-z]?|code=\\[?sm_[0-9]+[a-z]?" found
-           "${CMAKE_CUDA_FLAGS}")
-    foreach(f IN LISTS found)
-      string(REGEX REPLACE ".*sm_" "" f "${f}")
-      list(APPEND archs "${f}")
-    endforeach()
-    list(REMOVE_DUPLICATES archs)
-  endif()
-  if("native" IN_LIST archs)
-    # CMake resolved "native" at configure time; without a GPU it silently records an error
-    # text, and nvcc then builds for its default architecture instead.
-    if(NOT CMAKE_CUDA_ARCHITECTURES_NATIVE MATCHES "^[0-9]" AND NOT COMPILEIQ_TUNING_ARCH)
-      message(FATAL_ERROR
-        "CompileIQ: ${tgt} builds for CUDA_ARCHITECTURES native, but CMake found no GPU here "
-        "(${CMAKE_CUDA_ARCHITECTURES_NATIVE}). Configure on the machine with the GPU, or name its "
-        "architecture: -DCMAKE_CUDA_ARCHITECTURES=90 (for an H100/H200), or set CUDA_ARCHITECTURES "
-        "on ${tgt}.")
-    endif()
-    list(REMOVE_ITEM archs native)
-    list(APPEND archs ${CMAKE_CUDA_ARCHITECTURES_NATIVE})
-  endif()
-  set(numbers "")
-  foreach(a IN LISTS archs)
-    string(REGEX REPLACE "-(real|virtual)$" "" n "${a}")
-    list(APPEND numbers "${n}")
-  endforeach()
-  list(REMOVE_DUPLICATES numbers)
-  list(LENGTH numbers count)
-  if(count EQUAL 1 AND numbers MATCHES "^[0-9]+[a-z]?$")
-    set(${out_key} "sm_${numbers}" PARENT_SCOPE)
-  else()
-    set(${out_key} "portable" PARENT_SCOPE)
-  endif()
-  set(${out_archs} "${archs}" PARENT_SCOPE)
-endfunction()
-
-function(_compileiq_host_key out_key)
-  string(TOLOWER "${CMAKE_HOST_SYSTEM_PROCESSOR}" p)
-  if(p STREQUAL "amd64")
-    set(p "x86_64")
-  elseif(p STREQUAL "arm64")
-    set(p "aarch64")
-  endif()
-  string(MAKE_C_IDENTIFIER "${p}" p)
-  set(${out_key} "${p}" PARENT_SCOPE)
-endfunction()
-
-# CMAKE_<LANG>_COMPILER_ID and _VERSION are variables of the directory that enabled <LANG>,
-# which may be below the one where this module's end-of-configure code runs (ggml enables
-# CUDA in src/ggml-cuda): where they are not set here, read them in the directory of the first
-# of <units> (tuned targets, or <target>:<group>) whose directory has them.
-function(_compileiq_compiler lang units out_id out_version)
-  set(id "${CMAKE_${lang}_COMPILER_ID}")
-  set(version "${CMAKE_${lang}_COMPILER_VERSION}")
-  foreach(unit IN LISTS units)
-    if(NOT id STREQUAL "")
-      break()
-    endif()
-    string(REGEX REPLACE ":.*" "" tgt "${unit}")
-    get_target_property(dir "${tgt}" SOURCE_DIR)
-    get_directory_property(id DIRECTORY "${dir}" DEFINITION CMAKE_${lang}_COMPILER_ID)
-    get_directory_property(version DIRECTORY "${dir}" DEFINITION CMAKE_${lang}_COMPILER_VERSION)
-  endforeach()
-  set(${out_id} "${id}" PARENT_SCOPE)
-  set(${out_version} "${version}" PARENT_SCOPE)
-endfunction()
-
-# Tuned flags come from a compiler of some version; with another one, keep
-# only the flags this compiler accepts, and say so, rather than break the build.
-# <name> is the tuned unit (<tgt> or <tgt>:<group>).
-function(_compileiq_check_compiler name tgt lang flags_var)
-  _compileiq_compiler(${lang} "${tgt}" id version)
-  set(now "${id} ${version}")
-  # Blank: written by a version of this module that did not find the compiler (see above).
-  if(NOT DEFINED COMPILEIQ_TUNED_WITH_${lang} OR COMPILEIQ_TUNED_WITH_${lang} STREQUAL now
-     OR COMPILEIQ_TUNED_WITH_${lang} MATCHES "^ *$")
-    return()
-  endif()
-  message(WARNING
-    "CompileIQ: the ${lang} flags of ${name} were tuned with ${COMPILEIQ_TUNED_WITH_${lang}}; "
-    "this build uses ${now}. Flags this compiler rejects are dropped; re-run "
-    "`python -m compileiq_build tune` with this compiler for flags tuned to it.")
-  include(CheckCompilerFlag)
-  set(CMAKE_REQUIRED_QUIET ON)
-  set(kept "")
-  foreach(flag IN LISTS ${flags_var})
-    string(MAKE_C_IDENTIFIER "COMPILEIQ_ACCEPTS_${lang}_${flag}" ok)
-    check_compiler_flag(${lang} "${flag}" ${ok})
-    if(${ok})
-      list(APPEND kept "${flag}")
-    else()
-      message(WARNING "CompileIQ: ${now} rejects ${flag}; it is not applied to ${name}.")
-    endif()
-  endforeach()
-  set(${flags_var} "${kept}" PARENT_SCOPE)
-endfunction()
-
-# With separable compilation (-rdc, and -dlto above all) ptxas also runs at the device
-# link, which happens in the executables and libraries that link <tgt>: the options
-# reach that step too, through the link interface.
-function(_compileiq_device_link_options tgt)
-  get_target_property(rdc "${tgt}" CUDA_SEPARABLE_COMPILATION)
-  if(NOT rdc)
-    return()
-  endif()
-  set(opts "")
-  foreach(f IN LISTS ARGN)
-    list(APPEND opts "$<DEVICE_LINK:${f}>")
-  endforeach()
-  set_property(TARGET "${tgt}" APPEND PROPERTY INTERFACE_LINK_OPTIONS ${opts})
-  set_property(TARGET "${tgt}" APPEND PROPERTY LINK_OPTIONS ${opts})
-endfunction()
-
-# Flags go through generator expressions, so ',' and '>' inside a flag are escaped.
-# With <sources> (a group's files, of <lang>) the flags go on those files alone.
-function(_compileiq_add_flags tgt lang flags sources)
-  if(sources)
-    set_property(SOURCE ${sources} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${flags})
-    return()
-  endif()
-  set(opts "")
-  set(escaped "")
-  foreach(f IN LISTS flags)
-    string(REPLACE ">" "$<ANGLE-R>" f "${f}")
-    string(REPLACE "," "$<COMMA>" f "${f}")
-    list(APPEND opts "$<$<COMPILE_LANGUAGE:${lang}>:${f}>")
-    list(APPEND escaped "${f}")
-  endforeach()
-  set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${opts})
-  if(lang STREQUAL "CUDA")
-    _compileiq_device_link_options("${tgt}" ${escaped})
-  endif()
-endfunction()
-
-# Every source of <tgt> as an absolute path (generator expressions left out).  Relative
-# paths are the target's: this runs in the top-level directory, where CMake would resolve
-# them against the wrong folder.
-function(_compileiq_target_sources tgt out)
-  get_target_property(sources "${tgt}" SOURCES)
-  get_target_property(tdir "${tgt}" SOURCE_DIR)
-  set(found "")
-  foreach(src IN LISTS sources)
-    if(NOT src MATCHES "\\$<")
-      get_filename_component(src "${src}" ABSOLUTE BASE_DIR "${tdir}")
-      list(APPEND found "${src}")
-    endif()
-  endforeach()
-  set(${out} "${found}" PARENT_SCOPE)
-endfunction()
-
-# The <sources> of <tgt> that compile as <lang> (by LANGUAGE, else extension).
-function(_compileiq_sources_of_language tgt lang sources out)
-  set(found "")
-  foreach(src IN LISTS sources)
-    get_source_file_property(src_lang "${src}" TARGET_DIRECTORY "${tgt}" LANGUAGE)
-    if(NOT src_lang)
-      get_filename_component(ext "${src}" LAST_EXT)
-      string(SUBSTRING "${ext}" 1 -1 ext)
-      if(ext IN_LIST CMAKE_${lang}_SOURCE_FILE_EXTENSIONS)
-        set(src_lang "${lang}")
-      endif()
-    endif()
-    if(src_lang STREQUAL lang)
-      list(APPEND found "${src}")
-    endif()
-  endforeach()
-  set(${out} "${found}" PARENT_SCOPE)
-endfunction()
-
-# The files of group <group> of <tgt>: its SOURCES patterns (relative to the target's folder;
-# '*' and '?' match within one path component), each of which must name sources of the target.
-function(_compileiq_group_sources tgt group out)
-  get_target_property(patterns "${tgt}" "COMPILEIQ_GROUP_${group}_SOURCES")
-  get_target_property(calls "${tgt}" "COMPILEIQ_GROUP_${group}_CALLS")
-  list(GET calls 0 call)
-  get_target_property(tdir "${tgt}" SOURCE_DIR)
-  _compileiq_target_sources("${tgt}" all)
-  set(examples "")
-  foreach(src IN LISTS all)
-    list(LENGTH examples n)
-    if(n LESS 5)
-      file(RELATIVE_PATH rel "${tdir}" "${src}")
-      list(APPEND examples "${rel}")
-    endif()
-  endforeach()
-  list(LENGTH all count)
-  list(JOIN examples ", " examples)
-  set(where "compileiq_tune(${tgt} ... GROUP ${group}) in ${call}")
-  set(hint "SOURCES are paths relative to the folder of ${tgt} (${tdir}) of its own sources; it has ${count}, such as ${examples}.")
-  set(found "")
-  foreach(pattern IN LISTS patterns)
-    get_filename_component(abs "${pattern}" ABSOLUTE BASE_DIR "${tdir}")
-    if(pattern MATCHES "[*?]")
-      # The path as a regular expression: its special characters escaped, then the wildcards.
-      string(REGEX REPLACE "([.+^$()|\\])" "\\\\\\1" re "${abs}")
-      string(REPLACE "[" "\\[" re "${re}")
-      string(REPLACE "]" "\\]" re "${re}")
-      string(REPLACE "*" "[^/]*" re "${re}")
-      string(REPLACE "?" "[^/]" re "${re}")
-      set(matched "")
-      foreach(src IN LISTS all)
-        if(src MATCHES "^${re}$")
-          list(APPEND matched "${src}")
-        endif()
-      endforeach()
-      if(NOT matched)
-        message(FATAL_ERROR "${where}: '${pattern}' matches no source of ${tgt}. ${hint}")
-      endif()
-    elseif(abs IN_LIST all)
-      set(matched "${abs}")
-    else()
-      message(FATAL_ERROR "${where}: ${abs} is not a source of ${tgt}. ${hint}")
-    endif()
-    list(APPEND found ${matched})
-  endforeach()
-  list(REMOVE_DUPLICATES found)
-  set(${out} "${found}" PARENT_SCOPE)
-endfunction()
+# (with what CompileIQApply.cmake defines)
 
 # In the driver's build trees each tuned target (or group: <sources>, its files of <lang>)
 # reads its flags from a file, and its objects depend on that file: a new candidate rebuilds
@@ -913,39 +664,6 @@ function(_compileiq_gpu_resource_spec)
 endfunction()
 
 
-# Outside the driver's trees: the toolchain file's flags for tuned unit <name> (<tgt> whole, or
-# the group's files <plain> of <lang>) applied, and <out_applied> set to them.  Where the file
-# has flags for the unit only for other architectures, a warning says so.
-function(_compileiq_apply_tuned name tgt lang id key plain cuda_archs out_applied)
-  set(applied "")
-  set(var "COMPILEIQ_FLAGS_${id}_${lang}_${key}")
-  if(NOT DEFINED ${var})
-    set(var "COMPILEIQ_FLAGS_${id}_${lang}_portable")
-  endif()
-  if(DEFINED ${var})
-    set(applied "${${var}}")
-    _compileiq_check_compiler("${name}" "${tgt}" "${lang}" applied)
-    _compileiq_add_flags("${tgt}" "${lang}" "${applied}" "${plain}")
-    list(JOIN applied " " shown)
-    message(STATUS "CompileIQ: ${name} (${lang}, ${key}) uses tuned flags: ${shown}")
-  else()
-    _compileiq_tuned_keys("${id}" "${lang}" tuned_for)
-    if(tuned_for)
-      set(builds_for "${key}")
-      if(key STREQUAL "portable")
-        list(JOIN cuda_archs ", " builds_for)
-        set(builds_for "several architectures (${builds_for})")
-      endif()
-      list(JOIN tuned_for ", " tuned_for)
-      message(WARNING
-        "CompileIQ: ${name} (${lang}) builds for ${builds_for}, but the toolchain file has flags "
-        "for it only for ${tuned_for}, so it keeps the project's flags. Build ${tgt} for one of "
-        "those, or tune on each architecture it builds for and merge the stores: "
-        "python -m compileiq_build emit --merge STORE...")
-    endif()
-  endif()
-  set(${out_applied} "${applied}" PARENT_SCOPE)
-endfunction()
 
 # The manifest entry of one tuned unit (section targets, its per_language entries): target
 # <tgt> whole (<group> "") or one group of its <sources>, switched to its candidate files or
@@ -1210,6 +928,9 @@ function(_compileiq_finalize)
   foreach(tgt IN LISTS tuned)
     _compileiq_target_units("${tgt}" "${enabled}" "${host_key}" targets ids id_names)
   endforeach()
+  if(NOT COMPILEIQ_CANDIDATE_FLAGS)
+    _compileiq_toolchain_names("${id_names}")
+  endif()
 
   get_property(count GLOBAL PROPERTY _COMPILEIQ_BENCH_COUNT)
   if(NOT count)

@@ -6,6 +6,7 @@ import csv
 import datetime
 import math
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from compileiq_build.machine.gpu import shared_gpu_lines
 from compileiq_build.project.manifest import load_project
 from compileiq_build.project.workspace import STORE
 from compileiq_build.results.effects import estimates_text, one_option_moves, removals, speedup_text
-from compileiq_build.results.toolchain import DEFAULT_NAME, provenance, render, write
+from compileiq_build.results.toolchain import DEFAULT_NAME, measured_codes, provenance, render, write
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store, read_store
 
@@ -278,15 +279,24 @@ def emit(build_dir: Path, output: Path | None,
             dates.append(sessions[-1][1])
             strategies |= {r.strategy for r in store.evaluations(phase="search")}
             found.append(decisions(store))
+        # A target the project no longer tunes (renamed or removed): its flags would reach nothing.
+        tuned = {t.name for t in project.targets}
+        if stale := sorted({d.target for ds in found for d in ds} - tuned):
+            print(f"compileiq_build: warning: the stores hold results for {', '.join(stale)}, which "
+                  f"the project no longer tunes (renamed or removed?); they are left out of the "
+                  f"toolchain file. Tuned now: {', '.join(sorted(tuned)) or 'none'}.", file=sys.stderr)
+        found = [[d for d in ds if d.target in tuned] for ds in found]
         winners, losers = merged(*found)  # two stores of one architecture: the first one named wins
         portables = portable_set(stores, winners)
+        codes = [c for store, ds in zip(stores, found, strict=True)
+                 for c in measured_codes(store, project, [w for w in ds if w in winners])]
     finally:
         for store in stores:
             store.close()
     date = datetime.datetime.fromtimestamp(max(dates), datetime.UTC).date().isoformat()
     prov = provenance(envs, project.compilers, ", ".join(sorted(strategies)) or "none", date)
     path = (output or project.source_dir / DEFAULT_NAME).resolve()
-    write(path, render(winners, losers, prov, portables))
+    write(path, render(winners, losers, prov, portables, codes))
     return path, [*winners, *losers]
 
 

@@ -10,11 +10,13 @@ from typing import Any
 
 import jinja2
 
-from compileiq_build import __version__
+from compileiq_build import __version__, cmake_dir
 from compileiq_build.build.space import dimensions_for
 from compileiq_build.decide.selection import NoWinner, Portable, Winner
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project.manifest import Compiler, c_identifier
+from compileiq_build.project.manifest import Compiler, Project, c_identifier
+from compileiq_build.run.profiler import hot_kernels
+from compileiq_build.store.database import Store
 
 DEFAULT_NAME = "compileiq-toolchain.cmake"
 
@@ -80,6 +82,42 @@ def variable_name(target_id: str, language: str, arch_key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
+def code_variable(target_id: str, arch_keys: Mapping[str, str]) -> str:
+    """The variable that records the machine code a unit's gains were measured with, for its
+    architectures (one per language: sm_90, x86_64)."""
+    name = f"COMPILEIQ_CODE_{target_id}_{'_'.join(v for _, v in sorted(arch_keys.items()))}"
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+@dataclass(frozen=True)
+class Code:
+    """The machine code a winner's gains were measured with: its digest (codeinfo.read_code),
+    and the profiled hot kernels that digest covers alone (none: every function)."""
+
+    target: str
+    arch_keys: dict[str, str]
+    digest: str
+    kernels: tuple[str, ...] = ()
+
+
+def measured_codes(store: Store, project: Project, winners: Sequence[Winner]) -> list[Code]:
+    """Each winner's shipped code as the store holds it: the digest of the evaluation whose
+    samples give its gains, with the hot kernels (profiling.py) the digest was keyed on."""
+    codes = []
+    for w in winners:
+        digest = store.evaluation(w.evidence).digest if w.evidence else ""
+        if not digest:
+            continue
+        unit = next((t for t in project.targets if t.name == w.target), None)
+        kernels: set[str] = set()
+        if unit is not None and "CUDA" in w.arch_keys:
+            workloads = {b.workload for b in project.benchmarks_for(w.target)}
+            rows = [r for r in store.kernel_times(unit.cmake_target, w.arch_keys) if r.workload in workloads]
+            kernels = hot_kernels(rows, w.target)
+        codes.append(Code(w.target, dict(w.arch_keys), digest, tuple(sorted(kernels))))
+    return codes
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("compileiq_build.results", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
@@ -114,19 +152,34 @@ def _entries(target: str, flags: Mapping[str, tuple[str, ...]], arch_keys: Mappi
 
 
 def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance,
-           portables: Sequence[Portable] = ()) -> str:
+           portables: Sequence[Portable] = (), codes: Sequence[Code] = ()) -> str:
+    """The toolchain file: the flags, the units it decides, the code they were measured with
+    (`codes`, for `check`), and a copy of CompileIQApply.cmake for builds without the package."""
     entries = []
     for w in sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))):
         entries += _entries(w.target, w.flags, w.arch_keys)
     for p in sorted(portables, key=lambda p: p.target):
         entries += _entries(p.target, p.flags, dict.fromkeys(p.flags, "portable"))
     languages = {e["language"] for e in entries}
+    units = sorted({w.target for w in winners} | {n.target for n in losers} | {p.target for p in portables})
+    for name in units:
+        if _UNLISTABLE.search(name):
+            raise CompileIQError(f"the target name {name!r} holds text that a CMake list cannot hold.")
+    records = [{"variable": code_variable(c_identifier(c.target), c.arch_keys), "digest": c.digest,
+                "kernels": c.kernels} for c in codes]
     return _ENV.get_template("toolchain.cmake.j2").render(
         version=__version__, provenance=provenance, entries=entries,
         tuned_with=[(lang, text) for lang, text in provenance.compilers if lang in languages],
         winners=sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))),
         portables=sorted(portables, key=lambda p: p.target),
-        losers=sorted(losers, key=lambda n: n.target))
+        losers=sorted(losers, key=lambda n: n.target), units=units,
+        codes=sorted(records, key=lambda r: r["variable"]), apply_module=_apply_module())
+
+
+def _apply_module() -> str:
+    """CompileIQApply.cmake, as the toolchain file holds it: without its documentation block."""
+    text = (cmake_dir() / "CompileIQApply.cmake").read_text(encoding="utf-8")
+    return re.sub(r"\A#\[=+\[.*?#\]=+\]\n+", "", text, flags=re.S).rstrip("\n")
 
 
 def write(path: Path, text: str) -> None:

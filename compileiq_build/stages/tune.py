@@ -32,6 +32,7 @@ from compileiq_build.results.toolchain import (
     DEFAULT_NAME,
     Provenance,
     check_writable,
+    measured_codes,
     provenance,
     render,
     write,
@@ -243,7 +244,8 @@ class Tuner:
         winners, losers = merged([*result.winners, *result.losers],
                                  (d for d in decisions(store) if d.target in names))
         result.toolchain = self._output()
-        write(result.toolchain, render(winners, losers, self._provenance()))
+        write(result.toolchain, render(winners, losers, self._provenance(),
+                                       codes=measured_codes(store, self.project, winners)))
         return result
 
     def _tune_target(self, target: Target, workers: Sequence[Worker], tree_project: Project, arch: str,
