@@ -26,7 +26,7 @@ from benchmarks.search_replay import Table, load_table
 from compileiq_build.build import codeinfo
 from compileiq_build.build.space import DEFAULT
 from compileiq_build.decide.selection import outcomes, pairs
-from compileiq_build.project.workspace import STORE
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.store.database import read_store
 
 _ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
@@ -34,7 +34,7 @@ _ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
 
 def first_evaluations(build_dir: Path, target: str | None, within: int) -> tuple[str, list]:
     """The target and its search outcomes up to its `within`-th distinct code measured."""
-    store = read_store(build_dir / STORE)
+    store = read_store(Workspace(build_dir).store)
     try:
         found = [(t, a) for t, a in pairs(store) if target in (None, t)]
         if not found:

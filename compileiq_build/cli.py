@@ -147,13 +147,14 @@ def _tune_options(args: argparse.Namespace) -> TuneOptions:
 
 
 def _confirm_fresh(args: argparse.Namespace, build_dir: Path) -> None:
-    from compileiq_build.project.workspace import STORE
+    from compileiq_build.project.workspace import Workspace
 
-    if not args.fresh or args.yes or not (build_dir / STORE).exists():
+    store = Workspace(build_dir).store
+    if not args.fresh or args.yes or not store.exists():
         return
     if not sys.stdin.isatty():
         raise CompileIQError("--fresh discards the stored results; add --yes to confirm.")
-    answer = input(f"Discard the stored results in {build_dir / STORE}? [y/N] ")
+    answer = input(f"Discard the stored results in {store}? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise CompileIQError("kept the stored results; nothing was done.")
 
@@ -196,7 +197,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     from compileiq_build.results.progress import Reporter
     from compileiq_build.stages.tune import tune
 
-    _confirm_fresh(args, args.build_dir.resolve())
+    _confirm_fresh(args, args.build_dir)
     _print_result(tune(args.build_dir, _tune_options(args), Reporter(), command))
     return 0
 
@@ -216,7 +217,7 @@ def _demo(args: argparse.Namespace, command: str) -> int:
     from compileiq_build.results.progress import Reporter
 
     if args.workdir:
-        _confirm_fresh(args, (args.workdir / "build").resolve())
+        _confirm_fresh(args, args.workdir / "build")
     _print_result(demo(args.workdir, _tune_options(args), Reporter(), command))
     return 0
 

@@ -32,7 +32,7 @@ def _build_dir(build_dir: Path) -> tuple[list[str], bool]:
         project = load_project(build_dir)
     except CompileIQError as exc:
         return [f"build folder {build_dir}: PROBLEM: {exc}"], False
-    manifest = json.loads(Workspace(build_dir.resolve()).manifest.read_text())
+    manifest = json.loads(Workspace(build_dir).manifest.read_text())
     version = manifest.get("compileiq_version")
     if version != __version__:
         return [f"build folder {build_dir}: configured with CompileIQ {version}, this is {__version__}: "

@@ -21,7 +21,7 @@ from compileiq_build.build.codeinfo import code_digest, object_files, read_code
 from compileiq_build.build.trees import BuildTree
 from compileiq_build.machine.environment import find_tool
 from compileiq_build.project.manifest import load_manifest
-from compileiq_build.project.workspace import MANIFEST
+from compileiq_build.project.workspace import Workspace
 
 GEMM = "_Z9gemm_rowsPfPKfS1_i"  # 64 live values: a cap of 32 registers changes its SASS
 AXPY = "_Z4axpyPfPKffi"  # a few registers: the cap leaves it alone
@@ -56,7 +56,7 @@ def digests(tmp_path_factory, configure, nvcc) -> dict[tuple[int, str, str], str
                "-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")  # as the driver's trees
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda p: configure(source, p, *defines), paths))
-    trees = [BuildTree(load_manifest(p / MANIFEST), p) for p in paths]
+    trees = [BuildTree(load_manifest(Workspace(p).manifest), p) for p in paths]
 
     def build(i: int) -> dict[tuple[int, str, str], str]:
         found = {}

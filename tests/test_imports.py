@@ -160,6 +160,17 @@ def test_no_module_imports_another_modules_private_name():
     assert not private, private
 
 
+def test_only_the_workspace_module_spells_paths_under_the_build_folder():
+    # A "compileiq" path part or a "compileiq/..." path; messages and help that name the folder
+    # for the user ("<build>/compileiq/") are not paths the code opens.
+    spelt = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}"
+             for path in PACKAGE.rglob("*.py") if path != PACKAGE / "project" / "workspace.py"
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and (node.value == "compileiq" or node.value.startswith("compileiq/"))]
+    assert not spelt, f"paths under the build folder go through project/workspace.py: {spelt}"
+
+
 if __name__ == "__main__":
     print("\n".join("  ".join(line) for line in levels(import_graph())))
     print(mermaid(import_graph()))

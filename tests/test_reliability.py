@@ -18,7 +18,7 @@ import pytest
 from conftest import FIXTURES
 
 from compileiq_build.decide.selection import decisions
-from compileiq_build.project.workspace import STORE
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.store.database import Store, read_store
 from compileiq_build.store.records import Sample
 
@@ -26,7 +26,7 @@ TUNE = [sys.executable, "-m", "compileiq_build", "tune", "--strategy", "staged"]
 
 
 def _rows(build: Path, query: str) -> list[tuple]:
-    db = sqlite3.connect(f"file:{build / STORE}?mode=ro", uri=True)
+    db = sqlite3.connect(f"file:{Workspace(build).store}?mode=ro", uri=True)
     try:
         return db.execute(query).fetchall()
     finally:
@@ -37,7 +37,7 @@ def _wait_for(build: Path, query: str, at_least: int, proc: subprocess.Popen, li
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        if (build / STORE).exists():
+        if Workspace(build).store.exists():
             try:
                 if _rows(build, query)[0][0] >= at_least:
                     return
@@ -140,7 +140,7 @@ def test_a_second_tune_on_the_same_folder_is_refused(cxx_project, configure):
 def test_a_damaged_store_is_refused_and_left_untouched(cxx_project, configure):
     build = cxx_project / "build"
     configure(cxx_project, build)
-    store = build / STORE
+    store = Workspace(build).store
     store.write_bytes(b"this is not a database" * 100)
     digest = hashlib.sha256(store.read_bytes()).hexdigest()
     proc = subprocess.run([*TUNE, str(build), "--budget", "1"], capture_output=True, text=True)
@@ -246,7 +246,7 @@ def test_emit_merges_stores_of_two_architectures_with_a_portable_set(cxx_project
     build = cxx_project / "build"
     configure(cxx_project, build)
     # Architecture A: 'fast' wins (validated); 'other' is neutral there.
-    _synthetic(build / STORE, "arch_a", {"fast": (0.90, True), "other": (1.0, False)})
+    _synthetic(Workspace(build).store, "arch_a", {"fast": (0.90, True), "other": (1.0, False)})
     # Architecture B: 'other' wins; 'fast' is slower there, so it cannot be portable.
     _synthetic(tmp_path / "b.sqlite", "arch_b", {"other": (0.95, True), "fast": (1.05, False)})
     out = tmp_path / "merged.cmake"

@@ -19,7 +19,7 @@ from pathlib import Path
 from compileiq_build.errors import CompileIQError
 from compileiq_build.machine import process
 from compileiq_build.project.manifest import Project, load_manifest
-from compileiq_build.project.workspace import MANIFEST
+from compileiq_build.project.workspace import Workspace
 
 _CACHE_LINE = re.compile(r"^([^#/][^:=]*):([A-Z]+)=(.*)$")
 # INTERNAL and STATIC entries belong to one build folder; these the driver sets itself.
@@ -70,15 +70,15 @@ class BuildTree:
     def project(self) -> Project:
         """The tree's own manifest (its executables, its flags files), read once per configure."""
         if self._project is None:
-            self._project = load_manifest(self.path / MANIFEST)
+            self._project = load_manifest(Workspace(self.path).manifest)
         return self._project
 
     def configure(self, tuning_arch: str, timeout: float = 1800) -> None:
         """Configure once; later calls reuse the tree when it is already set up and the user's
         build was not configured again since (groups or benchmarks added after `profile`, say:
         the tree's own manifest would lack them)."""
-        manifest = self.path / MANIFEST
-        user = self.user.binary_dir / MANIFEST
+        manifest = Workspace(self.path).manifest
+        user = Workspace(self.user.binary_dir).manifest
         if manifest.is_file():
             current = load_manifest(manifest)
             stale = user.is_file() and user.stat().st_mtime > manifest.stat().st_mtime

@@ -12,7 +12,7 @@ from typing import Any
 
 from compileiq_build import cmake_dir
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project.workspace import MANIFEST
+from compileiq_build.project.workspace import Workspace
 
 FORMATS = ("auto", "nvbench", "gbench", "csv", "regex", "time")
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -334,7 +334,8 @@ def _benchmark(raw: Any, i: int, bw: str) -> Benchmark:
 
 def load_project(build_dir: Path) -> Project:
     """Read a user's configured build folder, with a message for each way it can be wrong."""
-    build_dir = build_dir.resolve()
+    workspace = Workspace(build_dir)
+    build_dir = workspace.build_dir
     if not build_dir.is_dir():
         raise CompileIQError(
             f"{build_dir} does not exist. Configure the project first: "
@@ -346,15 +347,16 @@ def load_project(build_dir: Path) -> Project:
             f"{build_dir} is not a configured CMake build folder (no CMakeCache.txt). "
             f"Configure it: cmake -S <source> -B {build_dir} -G Ninja"
         )
-    manifest = build_dir / MANIFEST
-    if not manifest.is_file() and any((build_dir / MANIFEST.parent).glob("manifest-*.json")):
+    manifest = workspace.manifest
+    if not manifest.is_file() and workspace.config_manifests:
         raise CompileIQError(
             f"{build_dir} uses a multi-config generator (one manifest per configuration); "
             "compileiq_build builds candidates with Ninja. Configure a build folder with -G Ninja "
             "and -DCMAKE_BUILD_TYPE=Release.")
     if not manifest.is_file():
         raise CompileIQError(
-            f"{build_dir} was configured without CompileIQ ({MANIFEST} is missing). Add "
+            f"{build_dir} was configured without CompileIQ ({manifest.relative_to(build_dir)} is "
+            "missing). Add "
             "find_package(CompileIQ CONFIG REQUIRED) and compileiq_tune(...) to CMakeLists.txt, "
             "then configure with -DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)."
         )

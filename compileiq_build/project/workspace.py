@@ -2,7 +2,8 @@
 
 The CMake module writes the manifest there; `tune` adds the results store, its lock, the
 candidate trees, the flag probes and a prior that `learn --add` fitted on the folder's own
-results.  Every command names these paths through this one place.
+results.  Every command names these paths through this one place (tests/test_imports.py
+checks that no other module spells them), and the build folder is made absolute here, once.
 """
 
 from __future__ import annotations
@@ -10,26 +11,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-FOLDER = Path("compileiq")
-MANIFEST = FOLDER / "manifest.json"  # written by cmake/CompileIQ.cmake
-STORE = FOLDER / "results.sqlite"
-
 
 @dataclass(frozen=True)
 class Workspace:
-    build_dir: Path
+    build_dir: Path  # absolute: resolved on construction, against the folder the command runs in
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "build_dir", self.build_dir.resolve())
 
     @property
     def root(self) -> Path:
-        return self.build_dir / FOLDER
+        return self.build_dir / "compileiq"
 
     @property
     def manifest(self) -> Path:
-        return self.build_dir / MANIFEST
+        """Written by cmake/CompileIQ.cmake when the folder is configured."""
+        return self.root / "manifest.json"
+
+    @property
+    def config_manifests(self) -> list[Path]:
+        """What a multi-config generator writes instead: a manifest per configuration."""
+        return sorted(self.root.glob("manifest-*.json"))
 
     @property
     def store(self) -> Path:
-        return self.build_dir / STORE
+        return self.root / "results.sqlite"
 
     @property
     def lock(self) -> Path:

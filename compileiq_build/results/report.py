@@ -30,7 +30,7 @@ from compileiq_build.decide.stats import geometric_mean, relative_spread
 from compileiq_build.errors import CompileIQError
 from compileiq_build.machine.gpu import shared_gpu_lines
 from compileiq_build.project.manifest import load_project
-from compileiq_build.project.workspace import STORE
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.results.effects import estimates_text, one_option_moves, removals, speedup_text
 from compileiq_build.results.toolchain import DEFAULT_NAME, measured_codes, provenance, render, write
 from compileiq_build.run.profiler import cmake_target_of, table_lines
@@ -38,11 +38,11 @@ from compileiq_build.store.database import Store, read_store
 
 
 def _open(build_dir: Path) -> Store:
-    build_dir = build_dir.resolve()
-    if not (build_dir / STORE).is_file():
-        raise CompileIQError(f"no results in {build_dir} yet ({STORE} is missing). "
-                             f"Run: python -m compileiq_build tune {build_dir}")
-    return read_store(build_dir / STORE)
+    workspace = Workspace(build_dir)
+    if not workspace.store.is_file():
+        raise CompileIQError(f"no results in {workspace.build_dir} yet ({workspace.store} is missing). "
+                             f"Run: python -m compileiq_build tune {workspace.build_dir}")
+    return read_store(workspace.store)
 
 
 def pending_text(decision: Winner | NoWinner) -> str:
@@ -259,9 +259,8 @@ def emit(build_dir: Path, output: Path | None,
     """The toolchain file from stored results: this build folder's store, plus the stores
     of other machines (one per GPU architecture) with a portable set across them.  Returns
     where it was written and the decisions in it."""
-    build_dir = build_dir.resolve()
     project = load_project(build_dir)
-    paths = [build_dir / STORE, *((p / STORE if p.is_dir() else p).resolve() for p in merge)]
+    paths = [Workspace(p).store if p.is_dir() else p.resolve() for p in [build_dir, *merge]]
     stores: list[Store] = []
     try:
         for path in paths:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from filelock import FileLock, Timeout
 
 from compileiq_build.errors import CompileIQError
-from compileiq_build.project.workspace import STORE, Workspace
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.store.records import KernelTime, Sample
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ class Store:
 
 
 def open_store(build_dir: Path) -> Store:
-    return Store(build_dir / STORE)
+    return Store(Workspace(build_dir).store)
 
 
 @contextmanager
