@@ -8,6 +8,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 from compileiq_build import __version__, cmake_dir
 
 
@@ -64,11 +66,15 @@ def test_include_with_module_path(tmp_path, cmake, ninja):
     assert f"CompileIQ {__version__}" in proc.stdout
 
 
-def test_find_package_refuses_an_incompatible_version(tmp_path, configure):
-    src = _project(tmp_path, "find_package(CompileIQ 1.0 CONFIG REQUIRED)")
+@pytest.mark.parametrize("wanted", ["1.0", "0.2", "0.0"])
+def test_find_package_refuses_an_incompatible_version(tmp_path, configure, wanted):
+    # 0.x releases: only the same minor version is compatible (0.1 is, in the test above).
+    src = _project(tmp_path, f"find_package(CompileIQ {wanted} CONFIG REQUIRED)")
     proc = configure(src, tmp_path / "build", check=False)
     assert proc.returncode != 0
-    assert "CompileIQ" in proc.stderr and "version" in proc.stderr.lower()
+    said = " ".join(proc.stderr.split())  # CMake wraps its message
+    assert f'package "CompileIQ" that is compatible with requested version "{wanted}"' in said, said
+    assert f"CompileIQConfig.cmake, version: {__version__}" in said, said
 
 
 def test_no_docstring_is_over_25_lines():

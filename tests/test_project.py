@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -34,12 +35,29 @@ def test_valid_manifest():
     assert p.benchmarks[0].workload == "b[--n 4]"
 
 
+WHERE = "build/compileiq/manifest.json"
+# A clear error names the file (and the entry: "targets[0].per_language.CXX"), then says which
+# of the ways a manifest can be wrong this one is.
+CLEAR = re.compile(r"build/compileiq/manifest\.json(: .*)?"
+                   r"( has manifest schema .*, this compileiq_build reads schema \d+\. Re-configure"
+                   r"| has no '\w+' \(.*Re-run the CMake configure step"
+                   r"|: expected a JSON object, got \w+$"
+                   r"|: '\w+' should be (a|an|true) "
+                   r"|: timeout .+ is not a number$"
+                   r"|: unknown (format|unit) .+$"
+                   r"|: a target without a name$)", re.S)
+
+
+def _clear(message: str) -> bool:
+    return CLEAR.match(message) is not None
+
+
 @given(JSON)
 def test_any_json_is_a_project_or_a_clear_error(raw):
     try:
-        parse_manifest(raw)
+        parse_manifest(raw, WHERE)
     except CompileIQError as exc:
-        assert str(exc)
+        assert _clear(str(exc)), str(exc)
 
 
 @given(st.sampled_from(["targets", "benchmarks", "compilers"]), JSON)
@@ -47,9 +65,15 @@ def test_hostile_sections_of_a_valid_manifest(section, value):
     raw = json.loads(json.dumps(VALID))
     raw[section] = value
     try:
-        parse_manifest(raw)
+        parse_manifest(raw, WHERE)
     except CompileIQError as exc:
-        assert str(exc)
+        assert _clear(str(exc)), str(exc)
+
+
+def test_an_unclear_error_is_told_apart():
+    assert _clear(f"{WHERE}: targets[0]: 'name' should be a string, got 3")
+    assert _clear(f"{WHERE}: expected a JSON object, got list")
+    assert not _clear("KeyError: 'name'") and not _clear(f"{WHERE}: list index out of range")
 
 
 def test_c_identifier_matches_cmake():
