@@ -1,0 +1,80 @@
+#[=======================================================================[.rst:
+ggml-compileiq.cmake
+--------------------
+
+The CompileIQ integration of ggml's CUDA backend for the LLM-inference campaign
+(``benchmarks/llm/campaign.py``), added to an unmodified ggml checkout at configure time:
+
+::
+
+  cmake -S <ggml> -B build -G Ninja -DCMAKE_PROJECT_ggml_INCLUDE=<this file> \
+        -DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir) \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_BUILD_TYPE=Release
+
+CMake includes it right after ggml's top-level ``project()``, before ggml defines its
+targets, so the ``compileiq_tune()``/``compileiq_add_benchmark()`` calls run deferred, at the
+end of the top-level directory, once ``ggml-cuda`` and ``test-backend-ops`` exist (and before
+CompileIQ's own end-of-configure code, which ``find_package`` defers after them).
+
+Groups of ``ggml-cuda`` (paths relative to ``src/ggml-cuda``), each judged on the
+``test-backend-ops perf`` cases that run its code (LLM shapes: a 4096 x 14336 FFN matrix, a
+128-expert MoE layer with 8 used, 8 KV heads shared by 32 query heads of size 128):
+
+``mmq``    the q4_0 instance of the quantized matmul: prefill (n = 512), MoE prefill.
+``mmvq``   the quantized matrix-vector kernels: decode (n = 1) for q4_0, q4_K and q8_0,
+           a small batch (n = 8), MoE decode.
+``fattn``  the vector flash-attention kernel for f16 K/V: decode with a 4096 and a
+           16384-token KV cache.
+``rope``   RoPE of a 512-token prompt (llama 7B shape), f32 and f16.
+
+Large f16/f32 matmuls go to cuBLAS and are left out: no flag of ggml reaches them.
+#]=======================================================================]
+
+if(NOT GGML_CUDA)
+  message(FATAL_ERROR "ggml-compileiq.cmake tunes ggml's CUDA backend: configure with -DGGML_CUDA=ON.")
+endif()
+
+function(_ggml_llm_compileiq)
+  foreach(tgt ggml-cuda test-backend-ops)
+    if(NOT TARGET ${tgt})
+      message(FATAL_ERROR
+        "ggml-compileiq.cmake: ggml defined no target ${tgt}. Configure with -DGGML_CUDA=ON "
+        "-DGGML_BUILD_TESTS=ON, from a ggml checkout (not llama.cpp, whose tests differ).")
+    endif()
+  endforeach()
+
+  compileiq_tune(ggml-cuda SOURCES template-instances/mmq-instance-q4_0.cu GROUP mmq)
+  compileiq_tune(ggml-cuda SOURCES mmvq.cu GROUP mmvq)
+  compileiq_tune(ggml-cuda SOURCES template-instances/fattn-vec-instance-f16-f16.cu GROUP fattn)
+  compileiq_tune(ggml-cuda SOURCES rope.cu GROUP rope)
+
+  # One line per case of `test-backend-ops perf` (console output: the CSV output has no time):
+  # "  MUL_MAT(type_a=q4_0,...):   3112 runs -   321.38 us/run - ...", each case a workload.
+  set(case "^  (?<name>[A-Z_]+\\(.*\\)):\\s+\\d+ runs -\\s+([0-9.]+) us/run")
+  set(perf test-backend-ops perf -b CUDA0)
+  set(ffn "type_b=f32,m=4096,n=%N%,k=14336,")          # MUL_MAT: an FFN matrix, n tokens
+  set(moe "type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=%N%,k=2048$")  # MUL_MAT_ID, not fused
+  string(REPLACE "%N%" 512 ffn_prefill "${ffn}")
+  string(REPLACE "%N%" 512 moe_prefill "${moe}")
+  string(REPLACE "%N%" 1 ffn_decode "${ffn}")
+  string(REPLACE "%N%" 8 ffn_batch8 "${ffn}")
+  string(REPLACE "%N%" 1 moe_decode "${moe}")
+
+  compileiq_add_benchmark(llm_mmq COMMAND ${perf} -o MUL_MAT,MUL_MAT_ID
+                          -p "^type_a=q4_0,${ffn_prefill}|^type_a=q4_0,${moe_prefill}"
+                          TARGETS ggml-cuda:mmq REGEX "${case}" UNIT us TIMEOUT 300)
+  compileiq_add_benchmark(llm_mmvq COMMAND ${perf} -o MUL_MAT,MUL_MAT_ID
+                          -p "^type_a=(q4_0|q4_K|q8_0),${ffn_decode}|^type_a=q4_0,${ffn_batch8}|^type_a=q4_0,${moe_decode}"
+                          TARGETS ggml-cuda:mmvq REGEX "${case}" UNIT us TIMEOUT 300)
+  compileiq_add_benchmark(llm_fattn COMMAND ${perf} -o FLASH_ATTN_EXT
+                          -p "^hsk=128,hsv=128,nh=8,nr23=\\[4,1\\],kv=(4096|16384),nb=1,.*type_K=f16,type_V=f16"
+                          TARGETS ggml-cuda:fattn REGEX "${case}" UNIT us TIMEOUT 300)
+  compileiq_add_benchmark(llm_rope COMMAND ${perf} -o ROPE
+                          -p "^type=f(32|16),ne_a=\\[128,32,512,1\\],n_dims=128,mode=0,.*ff=0,v=0"
+                          TARGETS ggml-cuda:rope REGEX "${case}" UNIT us TIMEOUT 300)
+endfunction()
+
+# Deferred before find_package defers CompileIQ's end-of-configure code: deferred calls run in
+# the order they were deferred.
+cmake_language(DEFER CALL _ggml_llm_compileiq)
+find_package(CompileIQ CONFIG REQUIRED)
