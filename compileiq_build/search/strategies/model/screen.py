@@ -5,27 +5,28 @@
   come extremes first (0 and 10 before 4).  A move whose machine code was measured is known
   without measuring.  Screening spends at most SCREEN_SHARE of the budget: what it leaves
   unmeasured, the model ranks.
-- prior (with a prior learned across kernels, prior.py, in place of screening): the untried
-  configuration of the best predicted mean, one option or several, for the screening share of
-  the budget, while it is predicted to beat the best so far beyond the noise, until PRIOR_TRIES
-  guesses of new code gained nothing beyond the noise (guesses in flight counting as such until
-  measured) or PRIOR_TRIES in a row compiled to code measured before.  While it guesses, the
-  one-option moves are compiled ahead, best predicted first, so that their code informs it.
+- prior (with a prior learned across kernels, prior.py, in place of the first screening moves):
+  the untried one-option move of the best predicted mean, while it is predicted to beat the best
+  so far beyond the noise, until PRIOR_TRIES guesses of new code gained nothing beyond the noise
+  (guesses in flight counting as such until measured) or PRIOR_TRIES in a row compiled to code
+  measured before.  One option at a time: out of project, the prior's predictions for several
+  options at once were its worst (6x the error of one-option rows), and a guess of six options
+  that measured 0.98x live told the search nothing about which option cost it.  While it
+  guesses, the one-option moves are compiled ahead, best predicted first, so that their code
+  informs it.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compileiq_build.build.space import Config, Dimension, FlagSpace
+from compileiq_build.build.space import Config, Dimension, FlagSpace, config_key
 from compileiq_build.search.strategies.base import Context
 from compileiq_build.search.strategies.model.features import best_ratio
 from compileiq_build.search.strategies.model.fit import predict, prior_informs
-from compileiq_build.search.strategies.model.pool import candidate_pool
 from compileiq_build.search.strategies.model.spills import spilling_mask
 from compileiq_build.search.strategies.model.stop import free_streak, measured_repeats, resolved_noise
 
@@ -77,11 +78,10 @@ def screen_move(context: Context) -> Config | None:
     return None
 
 
-def prior_guess(context: Context, rng: random.Random, prior: Prior | None,
-                 assumed_noise: float) -> Config | None:
-    """While screening with a prior: the untried configuration the prior (scaled and corrected by
-    what was measured here) predicts to beat the best so far by the most, one-option move or not,
-    while it predicts one to beat it beyond the noise."""
+def prior_guess(context: Context, prior: Prior | None, assumed_noise: float) -> Config | None:
+    """While screening with a prior: the untried one-option move the prior (scaled and corrected
+    by what was measured here) predicts to beat the best so far by the most, while it predicts
+    one to beat it beyond the noise."""
     noise, _ = resolved_noise(context.measured, assumed_noise)
     # A guess found something only as a code not measured before.
     guessed = [t for t, repeat in measured_repeats(context) if t.phase == "prior" and not repeat]
@@ -96,13 +96,19 @@ def prior_guess(context: Context, rng: random.Random, prior: Prior | None,
     # code as it is, a compile each, and screening takes over.
     if free_streak(context, ("prior",)) >= PRIOR_TRIES:
         return None
-    if not screening_open(context) or not (pool := candidate_pool(context, rng)):
+    if not screening_open(context):
         return None
-    mean, _ = predict(context, [], pool, prior, assumed_noise)
-    mean = np.where(spilling_mask(context, pool), np.inf, mean)
+    moves = [m for m in screening_moves(context.space) if context.fresh(m)]
+    if context.closed:
+        available = {config_key(c) for c in context.choices()}
+        moves = [m for m in moves if config_key(m) in available]
+    if not moves:
+        return None
+    mean, _ = predict(context, [], moves, prior, assumed_noise)
+    mean = np.where(spilling_mask(context, moves), np.inf, mean)
     choice = int(np.argmin(mean))
     # Near the best so far the prediction is the best's own: no guess there finds new code.
-    return pool[choice] if mean[choice] < math.log(best_ratio(context)) + math.log1p(-noise) else None
+    return moves[choice] if mean[choice] < math.log(best_ratio(context)) + math.log1p(-noise) else None
 
 
 def screening_order(context: Context, prior: Prior | None, assumed_noise: float) -> list[Config]:
