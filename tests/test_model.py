@@ -133,7 +133,8 @@ def test_warm_start_tries_what_was_faster_for_other_targets_first():
 
 def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
     """Another target with the same landscape, 1% slower throughout, measured on 40 random
-    configurations: starting from it finds the optimum region in fewer evaluations."""
+    configurations: starting from it reaches 95% of the optimum's gain in at most half the
+    evaluations of a cold start (measured: 10 against 23, on every seed)."""
     import random
 
     sample = random.Random(7).sample(_all_configs(), 40)
@@ -146,9 +147,10 @@ def test_warm_start_from_a_related_target_reaches_the_optimum_sooner():
         history, _, _ = search(strategy, 30, until=reached)
         return len(history) if reached(history) else 31
 
-    cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(2)]
-    warm = [evaluations_to_95(ModelGuided(seed=s, transfer=prior)) for s in range(2)]
-    assert statistics.median(warm) < statistics.median(cold)
+    assert not reached(prior)  # the other target's best alone is short: the search gets there
+    cold = [evaluations_to_95(ModelGuided(seed=s)) for s in range(3)]
+    warm = [evaluations_to_95(ModelGuided(seed=s, transfer=prior)) for s in range(3)]
+    assert max(warm) <= 12 and 2 * max(warm) <= min(cold), (warm, cold)
 
 
 def test_other_targets_count_only_when_their_best_gain_here_too():
