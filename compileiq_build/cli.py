@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the folder holding CompileIQConfig.cmake and CompileIQ.cmake")
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     for add in (_tune_parser, _profile_parser, _report_parser, _learn_parser, _emit_parser,
-                _space_parser, _doctor_parser, _demo_parser):
+                _check_parser, _space_parser, _doctor_parser, _demo_parser):
         add(verbs)
     return p
 
@@ -81,6 +81,25 @@ def _emit_parser(verbs: _Verbs) -> None:
     e.add_argument("--merge", type=Path, nargs="+", default=[], metavar="STORE",
                    help="results stores (results.sqlite, or the build folders holding them) of "
                    "other machines, one per GPU architecture, to combine with this one")
+
+
+def _check_parser(verbs: _Verbs) -> None:
+    c = verbs.add_parser("check", help="do the committed toolchain file's flags still beat the project's "
+                         "own? (exit 0: yes; 1: one loses or fails; 3: a tuned code changed since; "
+                         "4: the time limit came first; for a nightly CI job)")
+    c.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    c.add_argument("--toolchain", type=Path, metavar="FILE", help="the toolchain file to check (default: "
+                   "compileiq-toolchain.cmake in the project's source folder)")
+    options = _option_fields("targets", "time_limit", "repeats", "max_repeats", "precision", "gpus",
+                             "allow_shared_gpu", "build_timeout")
+    for name in options:
+        _option_argument(c, options[name], help={
+            "targets": "check only these targets or groups",
+            "gpus": "measure on the first of these GPUs (default: the first GPU)",
+            "time_limit": "end the check within this long (90s, 30m, 2h); targets not reached are "
+                          "reported unchecked (exit 4)",
+            "repeats": "paired runs per workload, at least, as tune's: check, as tune's validation, "
+                       "measures twice this (default %(default)s)"}.get(name))
 
 
 def _space_parser(verbs: _Verbs) -> None:
@@ -264,6 +283,19 @@ def _space(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace, command: str) -> int:
+    from compileiq_build.results.progress import Reporter
+    from compileiq_build.stages.check import check
+
+    options = TuneOptions(**{f.name: getattr(args, f.name) for f in fields(TuneOptions)
+                             if hasattr(args, f.name)})
+    result = check(args.build_dir, args.toolchain, options, Reporter(), command)
+    for verdict in result.verdicts:
+        print(verdict.text)
+    print(f"check of {result.toolchain}: exit code {result.exit_code}")
+    return result.exit_code
+
+
 def _doctor(args: argparse.Namespace, command: str) -> int:
     from compileiq_build.doctor import doctor
 
@@ -275,7 +307,7 @@ def _doctor(args: argparse.Namespace, command: str) -> int:
 # Each verb's function: it imports its module when it runs, so that --help stays fast.
 _VERBS: dict[str, Callable[[argparse.Namespace, str], int]] = {
     "tune": _tune, "profile": _profile, "demo": _demo, "report": _report, "learn": _learn,
-    "emit": _emit, "space": _space, "doctor": _doctor}
+    "emit": _emit, "check": _check, "space": _space, "doctor": _doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

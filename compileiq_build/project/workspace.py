@@ -38,6 +38,11 @@ class Workspace:
         return self.root / "results.sqlite"
 
     @property
+    def check_store(self) -> Path:
+        """`check`'s measurements, apart from tune's: they decide nothing about what ships."""
+        return self.root / "check.sqlite"
+
+    @property
     def lock(self) -> Path:
         """Held by a running `tune`: one at a time per build folder."""
         return self.root / "tune.lock"
