@@ -158,11 +158,16 @@ def test_candidates_compile_in_parallel_trees(cxx_project, configure):
     db = sqlite3.connect(build / "compileiq" / "results.sqlite")
     rows = db.execute("SELECT config_key, status, flags FROM evaluations WHERE phase='search'").fetchall()
     assert len(rows) == 5 and {s for _, s, _ in rows} == {"measured"}
-    # Each evaluation measured the code of its own flags: -O3 beats -O2 by far at this size.
-    ratio = dict(db.execute(
-        "SELECT e.config_key, AVG(s.cost) FROM samples s JOIN evaluations e ON e.id = s.evaluation_id "
-        "WHERE s.role = 'candidate' AND e.phase = 'search' GROUP BY e.config_key").fetchall())
-    assert ratio["CXX:O=3"] < ratio["CXX:O=2"]
+    # Each evaluation measured the code of its own flags: -O2 and -O3 compiled to different code,
+    # and -O3's (vectorised; about 2x faster here) is the faster against the baseline run beside
+    # it: paired ratios, which the load of a parallel test run leaves alone (it slows both sides of
+    # a pair), where the two candidates' own times, taken a while apart, need not follow.
+    store = read_store(build / "compileiq" / "results.sqlite")
+    ((_, arch),) = pairs(store)
+    found = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", arch, "search")}
+    store.close()
+    assert found["CXX:O=3"].evaluation.digest != found["CXX:O=2"].evaluation.digest
+    assert found["CXX:O=3"].ratio < found["CXX:O=2"].ratio, {k: o.ratio for k, o in found.items()}
     # -march=native ties the binaries to this CPU: where it is in the toolchain file, the file says so.
     text = (cxx_project / "compileiq-toolchain.cmake").read_text()
     assert ("[=[-march=native]=]" not in text
