@@ -11,10 +11,12 @@ The CompileIQ integration of ggml's CUDA backend for the LLM-inference campaign
         -DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir) \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_BUILD_TYPE=Release
 
-CMake includes it right after ggml's top-level ``project()``, before ggml defines its
-targets, so the ``compileiq_tune()``/``compileiq_add_benchmark()`` calls run deferred, at the
-end of the top-level directory, once ``ggml-cuda`` and ``test-backend-ops`` exist (and before
-CompileIQ's own end-of-configure code, which ``find_package`` defers after them).
+CMake includes it right after ggml's ``project()``, before ggml defines its targets, so the
+``compileiq_tune()``/``compileiq_add_benchmark()`` calls run deferred, at the end of ggml's
+directory, once ``ggml-cuda`` and ``test-backend-ops`` exist (and before CompileIQ's own
+end-of-configure code, which ``find_package`` defers after them, to the end of the top level).
+Inside llama.cpp (ggml as a subdirectory, no ``test-backend-ops`` of ggml's) it declares the
+groups only, which is what applying a toolchain file needs.
 
 Groups of ``ggml-cuda`` (paths relative to ``src/ggml-cuda``), each judged on the
 ``test-backend-ops perf`` cases that run its code (LLM shapes: a 4096 x 14336 FFN matrix, a
@@ -35,18 +37,21 @@ if(NOT GGML_CUDA)
 endif()
 
 function(_ggml_llm_compileiq)
-  foreach(tgt ggml-cuda test-backend-ops)
-    if(NOT TARGET ${tgt})
-      message(FATAL_ERROR
-        "ggml-compileiq.cmake: ggml defined no target ${tgt}. Configure with -DGGML_CUDA=ON "
-        "-DGGML_BUILD_TESTS=ON, from a ggml checkout (not llama.cpp, whose tests differ).")
-    endif()
-  endforeach()
+  if(NOT TARGET ggml-cuda)
+    message(FATAL_ERROR "ggml-compileiq.cmake: ggml defined no target ggml-cuda. Configure with -DGGML_CUDA=ON.")
+  endif()
 
   compileiq_tune(ggml-cuda SOURCES template-instances/mmq-instance-q4_0.cu GROUP mmq)
   compileiq_tune(ggml-cuda SOURCES mmvq.cu GROUP mmvq)
   compileiq_tune(ggml-cuda SOURCES template-instances/fattn-vec-instance-f16-f16.cu GROUP fattn)
   compileiq_tune(ggml-cuda SOURCES rope.cu GROUP rope)
+  if(NOT TARGET test-backend-ops)
+    # ggml inside llama.cpp builds no tests of its own: the groups get the toolchain file's
+    # flags, and there is nothing to tune with.
+    message(STATUS "ggml-compileiq.cmake: no test-backend-ops target (-DGGML_BUILD_TESTS=ON builds it), "
+            "so no benchmark is registered")
+    return()
+  endif()
 
   # One line per case of `test-backend-ops perf` (console output: the CSV output has no time):
   # "  MUL_MAT(type_a=q4_0,...):   3112 runs -   321.38 us/run - ...", each case a workload.

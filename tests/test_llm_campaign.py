@@ -1,0 +1,126 @@
+"""benchmarks/llm/campaign.py: the parts that run without a GPU and without ggml.
+
+Seeding a build tree with another's objects is checked with real CMake, Ninja and a C compiler
+on a small project configured in two folders, as the tool's trees are.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks.llm import campaign
+
+DATA = Path(__file__).parent / "data"
+
+
+def _configure(src: Path, build: Path, flags_file: Path) -> None:
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja",
+                    f"-DFLAGS_FILE={flags_file}", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"],
+                   check=True, capture_output=True)
+
+
+def _ninja(build: Path, *args: str) -> str:
+    proc = subprocess.run(["ninja", "-C", str(build), "-d", "explain", *args],
+                          check=True, capture_output=True, text=True)
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def two_trees(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A library of two files, one of them reading its flags from a file of its tree (as a
+    group's files read the tool's candidate file), configured in two folders."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.c").write_text("int a(int x) { return x * 3; }\n")
+    (src / "g.c").write_text("int g(int x) { return x + 1; }\n")
+    (src / "main.c").write_text("int a(int); int g(int);\nint main(void) { return a(1) + g(2) - 6; }\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p C)\n"
+        "add_executable(m main.c a.c g.c)\n"
+        "set_property(SOURCE g.c APPEND PROPERTY COMPILE_OPTIONS @${FLAGS_FILE})\n"
+        "set_property(SOURCE g.c APPEND PROPERTY OBJECT_DEPENDS ${FLAGS_FILE})\n")
+    base, other = tmp_path / "work" / "baseline", tmp_path / "work" / "candidate-0"
+    for tree in (base, other):
+        tree.mkdir(parents=True)
+        (tree / "g.opts").write_text("-O2\n")
+        _configure(src, tree, tree / "g.opts")
+    return src, base, other
+
+
+def test_a_seeded_tree_rebuilds_only_what_its_own_commands_change(two_trees: tuple[Path, Path, Path]) -> None:
+    _, base, other = two_trees
+    _ninja(base)
+    assert campaign.seed(base, other) == 3
+    out = _ninja(other)
+    # g.c names this tree's flags file, so its command differs; the link is redone after it.
+    assert "Building C object CMakeFiles/m.dir/g.c.o" in out
+    assert "a.c.o" not in out and "main.c.o" not in out
+    assert "no work to do" in _ninja(other)
+    (other / "g.opts").write_text("-O1\n")  # a new candidate: its group's object only
+    out = _ninja(other)
+    assert "g.c.o" in out and "a.c.o" not in out
+
+
+def test_without_seeding_every_object_is_built(two_trees: tuple[Path, Path, Path]) -> None:
+    _, base, other = two_trees
+    _ninja(base)
+    out = _ninja(other)
+    assert "a.c.o" in out and "main.c.o" in out and "g.c.o" in out
+
+
+def test_compile_commands_diff_names_differing_files_and_flags(two_trees: tuple[Path, Path, Path]) -> None:
+    _, base, other = two_trees
+    entries = json.loads((other / "compile_commands.json").read_text())
+    for e in entries:
+        if e["file"].endswith("a.c"):
+            e["command"] += " --maxrregcount=32"
+    (other / "compile_commands.json").write_text(json.dumps(entries))
+    text = campaign.compile_commands_diff(base, other)
+    assert text.splitlines()[0] == "3 compile commands in baseline, 3 in candidate-0"
+    assert any(line.endswith("a.c: added --maxrregcount=32; removed -") for line in text.splitlines())
+    assert not any(line.split(":")[0].endswith("main.c") for line in text.splitlines()[1:])
+
+
+def test_the_case_regex_reads_every_case_of_test_backend_ops_perf() -> None:
+    text = (DATA / "test_backend_ops_perf.txt").read_text()
+    found = {m["name"].split("(")[0]: float(m["us"]) for m in campaign.CASE.finditer(text)}
+    assert found == {"MUL_MAT": 321.38, "SOFT_MAX": 288.89, "ROPE": 12.25}
+
+
+def test_ab_rows_call_a_gain_only_where_the_interval_excludes_one() -> None:
+    base = [100.0 + 0.1 * i for i in range(10)]
+    times = {("llm_x", "FASTER(x)"): {"baseline": base, "tuned": [v / 1.03 for v in base]},
+             ("llm_x", "SAME(x)"): {"baseline": base, "tuned": base[5:] + base[:5]},
+             ("llm_x", "ONE_SIDED(x)"): {"baseline": base}}
+    rows = {r["case"]: r for r in campaign.ab_rows(times)}
+    assert set(rows) == {"FASTER(x)", "SAME(x)"}
+    assert rows["FASTER(x)"]["verdict"] == "faster"
+    assert rows["FASTER(x)"]["speedup"] == pytest.approx(1.03)
+    assert rows["FASTER(x)"]["speedup_low"] > 1.0
+    assert rows["SAME(x)"]["verdict"] == "neutral"
+    assert rows["SAME(x)"]["speedup_low"] <= 1.0 <= rows["SAME(x)"]["speedup_high"]
+
+
+def test_search_ended_tells_the_budget_from_the_time_limit() -> None:
+    log = ("   ggml-cuda:mmq: budget of 20 evaluations reached\n"
+           "   ggml-cuda:fattn: its share of the time limit is used (2 targets were left)\n"
+           "   ggml-cuda:rope: time limit reached\n"
+           "   ggml-cuda:mmvq: strategy model stops: nothing left to propose\n")
+    assert [m["group"] for m in campaign.SEARCH_ENDED.finditer(log)] == ["mmq", "mmvq"]
+
+
+def test_a_folder_that_is_not_ggml_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        campaign.main(["--ggml", str(tmp_path), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"),
+                       "configure"])
+    assert exc.value.code == 2
+    assert "is not a ggml checkout (src/ggml-cuda/CMakeLists.txt is missing)" in capsys.readouterr().err
+
+
+pytestmark = pytest.mark.skipif(not shutil.which("ninja") or not shutil.which("cmake"),
+                                reason="needs cmake and ninja")
