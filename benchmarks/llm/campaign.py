@@ -69,6 +69,7 @@ GPU_QUERY = ("timestamp,name,driver_version,clocks.current.sm,clocks.current.mem
 STATE, STORE = "ggml_llm_state.json", "ggml_llm_results.sqlite"
 TOOLCHAIN = "ggml-llm-compileiq-toolchain.cmake"
 AB_CSV, AB_JSON, DIFF = "ggml_llm_ab.csv", "ggml_llm_ab.json", "ggml_llm_compile_commands_diff.txt"
+PROFILE_S = 420  # at most, per group: the tool gives each ncu run 20 times the benchmark's run + 2 min
 AB_MINUTES = 14  # the A/B's full build, seeded tuned build, checks and 10 rounds, measured from the logs
 
 
@@ -85,7 +86,7 @@ class Campaign:
         self.out.mkdir(parents=True, exist_ok=True)
         state_file = self.out / STATE
         self.state: dict[str, Any] = (json.loads(state_file.read_text()) if state_file.is_file()
-                                      else {"gpu": "", "profiled": False, "searched": [], "sittings": []})
+                                      else {"gpu": "", "profiled": {}, "searched": [], "sittings": []})
         self.log = self.out / f"ggml_llm_sitting{len(self.state['sittings']) + 1}_log.txt"
         self.src = self.work / "src"  # what the builds read: a copy that syncing the tree leaves alone
 
@@ -223,20 +224,23 @@ class Campaign:
                 "--allow-other-gpu to mix them knowingly.")
         self.state["gpu"] = self.state["gpu"] or name
 
-    def profile(self, groups: Sequence[str]) -> None:
-        rc, _ = self.tool("profile", str(self.build), "--targets", *(f"ggml-cuda:{g}" for g in groups),
-                          timeout=1500)
-        if rc == 0:
-            self.state["profiled"] = True
-            self.save_state()
-        else:
-            self.say("profile failed or was stopped; tune profiles what is missing")
+    def profile(self, group: str, seconds: float) -> None:
+        """One ncu run of the group's benchmark, once per campaign.  ncu times every launch, and
+        a decode case launches its kernels thousands of times in its second of runs: where the
+        profile fails or takes too long, tune searches that group without one (--no-profile)
+        rather than trying again in every sitting."""
+        rc, text = self.tool("profile", str(self.build), "--targets", f"ggml-cuda:{group}", timeout=seconds)
+        done = rc == 0 and "no kernel profile" not in text
+        self.state["profiled"][group] = "done" if done else "failed"
+        self.save_state()
+        self.say(f"profile of {group}: {self.state['profiled'][group]}")
 
     def tune(self, group: str, seconds: float) -> None:
+        no_profile = [] if self.state["profiled"].get(group) == "done" else ["--no-profile"]
         rc, text = self.tool("tune", str(self.build), "--targets", f"ggml-cuda:{group}",
                              "--budget", str(self.args.budget), "--jobs", "1", "--compile-ahead", "0",
                              "--time-limit", f"{int(seconds)}s", "--output", str(self.out / TOOLCHAIN),
-                             timeout=seconds + 600)
+                             *no_profile, timeout=seconds + 600)
         if any(m["group"] == group for m in SEARCH_ENDED.finditer(text)) and rc == 0:
             self.state["searched"] = sorted({*self.state["searched"], group})
             self.save_state()
@@ -334,10 +338,11 @@ class Campaign:
         todo = [g for g in groups if g not in self.state["searched"]]
         if todo:
             self.prepare_trees()
-            if not self.state["profiled"]:
-                self.profile(groups)
             for group in todo:
                 left = deadline - time.monotonic() - 120
+                if group not in self.state["profiled"] and left > 600:
+                    self.profile(group, min(PROFILE_S, left - 300))
+                    left = deadline - time.monotonic() - 120
                 if left < 240:
                     self.say(f"{left:.0f} s left: {group} and later groups wait for the next sitting")
                     break
