@@ -1,13 +1,13 @@
-"""Peer search engines for the replay benchmark (benchmarks/search_replay.py).
+"""Peer search engines for the replays (benchmarks/search_replay.py), run through `tune`'s loop.
 
-Each peer searches a discrete space (dimension -> value labels) by calling `evaluate` on
-configurations until `budget` distinct ones were measured.  A repeated configuration is
-answered from a cache and does not count; a peer stops anyway after 20 * budget trials, or
-once every configuration of the space was measured.  `evaluate` may end the run itself by
-raising `BudgetSpent`, and may answer a configuration without spending budget by returning
-its time as a `Free` float (see `_Run`).  The engines are optional dependencies (`pip install
--e '.[bench]'`: optuna, compileiq, smac, kernel_tuner), imported only when a peer runs; SMAC 2.4
-fits its own random forest on scikit-learn, so it needs neither pyrfr nor swig.
+Each peer searches a discrete space (dimension -> value labels) by asking an `Ask` for the time
+of configurations.  `PeerStrategy` makes the engine a strategy of the search loop
+(compileiq_build.search.loop.drive): every configuration it asks for is proposed, compiled and
+measured there, so the budget (distinct machine codes), the candidate bound and the free answer
+for a code measured before are the loop's, as for our strategies.  The engines are optional
+dependencies (`pip install -e '.[bench]'`: optuna, compileiq, smac, kernel_tuner), imported only
+when a peer runs; SMAC 2.4 fits its own random forest on scikit-learn, so it needs neither pyrfr
+nor swig.
 """
 
 from __future__ import annotations
@@ -16,76 +16,103 @@ import contextlib
 import functools
 import logging
 import math
+import queue
 import random
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-Evaluate = Callable[[dict[str, str]], float]  # config (dimension -> label) -> time, lower is better
-Peer = Callable[[dict[str, list[str]], Evaluate, int, int], None]
+from compileiq_build.build.space import Config
+from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
+from compileiq_build.search.strategies import Context, Proposal, Stop
 
-TRIALS_PER_BUDGET = 20
+
+class Ask(Protocol):
+    """What an engine asks: a configuration's time (lower is better; inf once the search ended, or
+    where it failed), and `left`, the evaluations the loop has left (0 once it ended)."""
+
+    left: int
+
+    def __call__(self, config: dict[str, str]) -> float: ...
+
+
+Peer = Callable[[dict[str, list[str]], Ask, int, int], None]  # (dims, ask, budget, seed)
 
 
 class PeerUnavailable(Exception):
     """A peer cannot be imported or run offline; the message says why."""
 
 
-class BudgetSpent(Exception):
-    """Raised by `evaluate` when the replay's budget is used: the peer ends its run there."""
+class PeerStrategy:
+    """A peer engine as a strategy of the search loop: it runs in a thread of its own, and each
+    configuration it asks for is the next proposal (`config_of` maps its labels to the space's
+    configuration, e.g. a table's nearest row); its answer is the proposal's outcome as the loop
+    measured it (`unit`: the baseline's time).  `close` ends the engine once the loop has ended."""
 
-
-class Free(float):
-    """A time `evaluate` answered without spending budget (e.g. the same machine code as a
-    configuration measured before): the peer learns it but does not count it as measured."""
-
-
-class _Run:
-    """Applies the shared budget rule: one evaluation per distinct config, a cap on trials.
-
-    The run ends once `budget` distinct configs were measured (a `Free` answer is not a
-    measurement), every config of the space was answered, the trial cap was reached, or
-    `evaluate` raised `BudgetSpent`.  After that a call evaluates nothing: a config it has not
-    answered before gets inf, so an engine can finish the step it is in.
-    """
-
-    def __init__(self, dims: dict[str, list[str]], evaluate: Evaluate, budget: int) -> None:
-        self.names = tuple(dims)
-        self.evaluate = evaluate
-        self.budget = budget
-        self.size = math.prod(len(labels) for labels in dims.values())
-        self.max_trials = TRIALS_PER_BUDGET * budget
-        self.trials = 0
-        self.measured = 0
-        self.spent = False
-        self.times: dict[tuple[str, ...], float] = {}
-
-    @property
-    def left(self) -> int:
-        """Distinct configs still to measure (0 once the run has ended)."""
-        if self.spent or self.trials >= self.max_trials or len(self.times) >= self.size:
-            return 0
-        return self.budget - self.measured
+    def __init__(self, name: str, peer: Peer, dims: dict[str, list[str]], budget: int, seed: int,
+                 config_of: Callable[[dict[str, str]], Config], unit: float = 1.0) -> None:
+        self.name, self._peer, self._dims, self._budget, self._seed = name, peer, dims, budget, seed
+        self._config_of, self._unit = config_of, unit
+        self.left = budget
+        self._questions: queue.Queue[dict[str, str] | None] = queue.Queue()  # None: the engine ended
+        self._answers: queue.Queue[float] = queue.Queue()
+        self._asked: Config | None = None  # the proposal whose time the engine waits for
+        self._thread: threading.Thread | None = None
+        self._ended = self._closed = False
+        self._error: BaseException | None = None
 
     def __call__(self, config: dict[str, str]) -> float:
-        key = tuple(config[name] for name in self.names)
-        if key in self.times:
-            self.trials += 1
-            return self.times[key]
-        if not self.left:
+        """The engine's question (in its thread): the time of `config`."""
+        if self._closed:
             return math.inf
-        self.trials += 1
+        self._questions.put(dict(config))
+        return self._answers.get()
+
+    def _engine(self) -> None:
         try:
-            t = self.evaluate(dict(zip(self.names, key, strict=True)))
-        except BudgetSpent:
-            self.spent = True
-            return math.inf
-        self.times[key] = t
-        if not isinstance(t, Free):
-            self.measured += 1
-        return t
+            self._peer(self._dims, self, self._budget, self._seed)
+        except BaseException as exc:  # raised in the loop's thread by `propose`
+            self._error = exc
+        finally:
+            self._questions.put(None)
+
+    def propose(self, context: Context) -> Proposal | Stop:
+        self.left = max(0, self._budget - context.spent)
+        if self._asked is not None:
+            outcome = context.outcome(self._asked)
+            ratio = outcome.ratio if outcome is not None else None
+            self._answers.put(math.inf if ratio is None else ratio * self._unit)
+            self._asked = None
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._engine, name=self.name, daemon=True)
+            self._thread.start()
+        question = None if self._ended else self._questions.get()
+        if question is None:
+            self._ended = True
+            if (error := self._error) is not None:
+                self._error = None
+                raise error
+            return Stop(f"{self.name} ended its search")
+        self._asked = self._config_of(question)
+        return Proposal(self._asked, self.name)
+
+    def close(self) -> None:
+        """Answer the engine inf from now on, and wait for it to end."""
+        self._closed, self.left = True, 0
+        if self._thread is None:
+            return
+        if self._asked is not None:
+            self._answers.put(math.inf)
+            self._asked = None
+        while not self._ended:
+            if self._questions.get() is None:
+                self._ended = True
+            else:
+                self._answers.put(math.inf)
+        self._thread.join()
 
 
 class _Penalty:
@@ -102,7 +129,7 @@ class _Penalty:
         return 2 * self.worst if self.worst > 0 else 1.0
 
 
-def optuna_tpe(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+def optuna_tpe(dims: dict[str, list[str]], ask: Ask, budget: int, seed: int) -> None:
     """Optuna's TPESampler (default settings, seeded), one categorical parameter per dimension."""
     try:
         import optuna
@@ -110,15 +137,14 @@ def optuna_tpe(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed
         raise PeerUnavailable(f"optuna is not installed ({exc})") from exc
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
-    run = _Run(dims, evaluate, budget)
-    while run.left:
+    while ask.left:
         trial = study.ask()
         config = {name: trial.suggest_categorical(name, labels) for name, labels in dims.items()}
-        # A repeat is told its cached time, so TPE learns from it without spending budget.
-        study.tell(trial, run(config))
+        # A repeat is answered free by the loop (its code was measured), so TPE learns from it.
+        study.tell(trial, ask(config))
 
 
-def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+def compileiq_engine(dims: dict[str, list[str]], ask: Ask, budget: int, seed: int) -> None:
     """CompileIQ's default engine ("amber", a native NSGA-III genetic search built on pymoo).
 
     Driven through `Search.ask` / `Search.tell` with the manual worker, so CompileIQ never runs
@@ -137,7 +163,6 @@ def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int
     logger.disable("compileiq")
     logger.disable("compileiq_native_runtime")
 
-    run = _Run(dims, evaluate, budget)
     # CompileIQ's single-objective default pool is 32, which would spend small budgets on the
     # random first generation alone; shrink it so at least 4 generations fit (6 is its minimum).
     pool = max(6, min(32, budget // 4))
@@ -146,10 +171,11 @@ def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int
         warnings.filterwarnings("ignore", r"\d+ failed evaluation", UserWarning)
         try:
             search = Search(
-                objective_function=evaluate,  # never called: the manual worker leaves it to tell()
+                objective_function=ask,  # never called: the manual worker leaves it to tell()
                 search_space={name: choice(labels) for name, labels in dims.items()},
-                # The trial cap bounds the generations, so the engine never ends the run itself.
-                search_config=SearchConfiguration(generations=run.max_trials, pool_size=pool),
+                # The loop's candidate bound bounds the generations: the engine never ends the run.
+                search_config=SearchConfiguration(generations=CANDIDATES_PER_EVALUATION * budget,
+                                                  pool_size=pool),
                 worker_type=WorkerTypes.MANUAL,
                 engine=EngineConfig(name="amber", options={"seed": seed}),
                 cache_folder=Path(cache),
@@ -158,7 +184,7 @@ def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int
             )
         except BackendError as exc:
             raise PeerUnavailable(f"compileiq's amber engine cannot start ({exc})") from exc
-        while run.left:
+        while ask.left:
             # The engine's own batch size: a new generation, or refills for failed candidates.
             try:
                 candidates = search.ask()
@@ -167,25 +193,25 @@ def compileiq_engine(dims: dict[str, list[str]], evaluate: Evaluate, budget: int
                 # re-issues a config) or its operators found no untried offspring: ask for
                 # just what the budget still needs, and stop if even that fails.
                 try:
-                    candidates = search.ask(run.left)
+                    candidates = search.ask(ask.left)
                 except SearchSpaceExhaustedError:
                     break
             scores = []
-            for candidate in candidates[: run.left]:
-                measured = run(candidate.params)
+            for candidate in candidates[: ask.left]:
+                measured = ask(candidate.params)
                 # A failed measurement (inf/nan) is reported as CompileIQ's failure marker.
                 score = measured if math.isfinite(measured) else INVALID_SCORE
                 scores.append(Score(score=score, param_id=candidate.param_id, num_objectives=1))
             search.tell(scores)
 
 
-def smac_hpo(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+def smac_hpo(dims: dict[str, list[str]], ask: Ask, budget: int, seed: int) -> None:
     """SMAC3's HyperparameterOptimizationFacade (random-forest BO; its BlackBoxFacade is the GP
     one), one categorical hyperparameter per dimension, driven through `ask` / `tell`.
 
     Defaults but two: each config is run once (`deterministic`, and `max_config_calls=1`, as a
     time is answered once), and the Sobol initial design gets SMAC's own 25% cap (`max_ratio`)
-    applied to the budget rather than to `n_trials`, which is only the trial cap here: at most
+    applied to the budget rather than to `n_trials`, here the loop's candidate bound: at most
     `budget // 4` configs (at least 2) instead of 10 per dimension.  A failed config is told as
     CRASHED with twice the worst finite time as its cost (the forest cannot fit inf).  A seed
     repeats its run within one interpreter only: SMAC's choices also follow Python's per-process
@@ -203,13 +229,12 @@ def smac_hpo(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: 
     # (e.g. "could not find any new trials" on a small, exhausted space).
     logging.getLogger("smac").setLevel(logging.CRITICAL)
 
-    run = _Run(dims, evaluate, budget)
     penalty = _Penalty()
     space = ConfigurationSpace(seed=seed)
     space.add([Categorical(name, labels) for name, labels in dims.items()])
     with tempfile.TemporaryDirectory(prefix="peers-smac-") as out:
-        scenario = Scenario(space, output_directory=Path(out), deterministic=True, n_trials=run.max_trials,
-                            seed=seed)
+        scenario = Scenario(space, output_directory=Path(out), deterministic=True,
+                            n_trials=CANDIDATES_PER_EVALUATION * budget, seed=seed)
         facade = HyperparameterOptimizationFacade
         initial = max(2, min(10 * len(dims), budget // 4))
         smac = facade(
@@ -220,29 +245,30 @@ def smac_hpo(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: 
             logging_level=False,
             overwrite=True,
         )
-        while run.left:
+        while ask.left:
             try:
                 info = smac.ask()
             except (StopIteration, ConfigurationSpaceExhaustedException):  # it found no untried config
                 break
-            t = run(dict(info.config))
-            if not run.spent:
+            t = ask(dict(info.config))
+            if ask.left:  # else the search ended: nothing more to learn
                 status = StatusType.SUCCESS if math.isfinite(t) else StatusType.CRASHED
                 smac.tell(info, TrialValue(cost=penalty(t), status=status))
 
 
 def _kernel_tuner(strategy: str, options: Callable[[int], dict[str, Any]]) -> Peer:
     """A Kernel Tuner strategy, run through its internal `tune(searchspace, runner, tuning_options)`
-    with a runner that answers each config through `evaluate` (no kernel, no GPU, no cache file).
+    with a runner that answers each config through `ask` (no kernel, no GPU, no cache file).
 
     Parameters are named p0, p1, ... with the label indices 0..n-1 as values (its BO needs
-    numbers).  `options(budget)` gives the strategy options; `max_fevals` is the space's size, so
-    the budget rule ends the run: once it has, the runner answers None, which Kernel Tuner treats
-    as "budget exhausted" and stops.  Failed configs get a finite time (`_Penalty`): its BO fits
-    a GP on the times, and Kernel Tuner's own failure marker is the largest float.
+    numbers).  `options(budget)` gives the strategy options; `max_fevals` is the space's size
+    (counted in distinct configs), so the loop ends the run: once it has, the runner answers None,
+    which Kernel Tuner treats as "budget exhausted" and stops.  Failed configs get a finite time
+    (`_Penalty`): its BO fits a GP on the times, and Kernel Tuner's own failure marker is the
+    largest float.
     """
 
-    def peer(dims: dict[str, list[str]], evaluate: Evaluate, budget: int, seed: int) -> None:
+    def peer(dims: dict[str, list[str]], ask: Ask, budget: int, seed: int) -> None:
         try:
             import numpy as np
             from kernel_tuner.interface import Options, _tuning_options, strategy_map
@@ -254,13 +280,13 @@ def _kernel_tuner(strategy: str, options: Callable[[int], dict[str, Any]]) -> Pe
         except ImportError as exc:
             raise PeerUnavailable(f"kernel_tuner's {strategy} cannot be imported ({exc})") from exc
 
-        run = _Run(dims, evaluate, budget)
         penalty = _Penalty()
+        seen: set[tuple[int, ...]] = set()  # configs answered: Kernel Tuner counts its fevals in those
         names = list(dims)
         tune_params = {f"p{i}": list(range(len(dims[name]))) for i, name in enumerate(names)}
 
         class EvaluateRunner(Runner):
-            """Kernel Tuner's runner interface over `run`: one result dict per config, None once done."""
+            """Kernel Tuner's runner interface over `ask`: one result dict per config, None once done."""
 
             def __init__(self) -> None:
                 super().__init__()
@@ -275,16 +301,17 @@ def _kernel_tuner(strategy: str, options: Callable[[int], dict[str, Any]]) -> Pe
             def run(self, parameter_space, tuning_options: Options) -> list[dict[str, Any] | None]:
                 results: list[dict[str, Any] | None] = []
                 for element in parameter_space:
-                    if not run.left:
+                    if not ask.left:
                         results.append(None)
                         continue
                     config = {name: dims[name][int(v)] for name, v in zip(names, element, strict=True)}
-                    before = len(run.times)
-                    t = run(config)
-                    if run.spent:
+                    t = ask(config)
+                    if not ask.left and not math.isfinite(t):  # the search ended before answering
                         results.append(None)
                         continue
-                    tuning_options.budget.add_evaluations(len(run.times) - before)
+                    if (key := tuple(int(v) for v in element)) not in seen:
+                        seen.add(key)
+                        tuning_options.budget.add_evaluations(1)
                     results.append({**dict(zip(tune_params, element, strict=True)), "time": penalty(t)})
                 return results
 
@@ -351,5 +378,5 @@ PEERS: dict[str, Peer] = {
     "kernel-tuner-bo": _kernel_tuner("bayes_opt", lambda budget: {
         "popsize": _initial_samples(budget), "method": "multi-fast"}),
     "kernel-tuner-ga": _kernel_tuner("genetic_algorithm", lambda budget: {
-        "popsize": _population(budget), "maxiter": TRIALS_PER_BUDGET * budget}),
+        "popsize": _population(budget), "maxiter": CANDIDATES_PER_EVALUATION * budget}),
 }

@@ -3,8 +3,9 @@ against random search and the peers.
 
 For each project of the corpus, a prior is fitted on the tables of every other project (no kernel
 of the project under test is seen), and each of that project's tables is replayed
-(`search_replay.run_ours`, closed, compiling `--compile-ahead` configurations ahead per
-evaluation as `tune` does) at every budget, by the model with that prior and without one.  Random
+(`search_replay.run_ours`: `tune`'s loop, closed, compiling `--compile-ahead` configurations
+ahead per evaluation) at every budget, by the model, made as `tune` makes it, with that prior and
+without one.  Random
 search and the peers (`benchmarks/peers.py`) run once at the largest budget and are read at each
 budget from the prefix of their run.  Reported per method and budget: the median and quartiles of
 the fraction of the optimum's gain reached and the share of tables short of 0.90, over all tables
@@ -31,10 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from benchmarks.peers import PEERS, PeerUnavailable
-from benchmarks.search_replay import Table, load_table, run_ours, run_peer
+from benchmarks.search_replay import Table, load_table, ours, run_ours, run_peer
 from compileiq_build.search.prior import Prior, fit, read_table
-from compileiq_build.search.strategies import RandomSearch
-from compileiq_build.search.strategies.model import ModelGuided
 
 OURS = ("model+prior", "model")
 
@@ -69,11 +68,11 @@ def _replay(job: tuple[Path, list[Path], list[int], int, list[str], int, bool, d
         out["unavailable"] = given.get("unavailable", {})
         return out
     others: dict[str, list[list[float]]] = {"random": [
-        trace(table, run_ours(table, lambda s, tr: RandomSearch(s), top, seed), top)
+        trace(table, run_ours(table, ours(table, "random", seed), top), top)
         for seed in range(seeds)]}
     for name in peers:
         try:
-            others[name] = [trace(table, run_peer(table, PEERS[name], top, seed), top)
+            others[name] = [trace(table, run_peer(table, PEERS[name], top, seed, name), top)
                             for seed in range(seeds)]
         except PeerUnavailable as exc:
             out.setdefault("unavailable", {})[name] = str(exc)
@@ -88,11 +87,12 @@ def _ours(out: dict, table: Table, training: list[Path], asked: list[int], codes
     """The model with a prior fitted on `training` and without one, at each budget, and traces."""
     prior = Prior(fit([read_table(p) for p in training]), {}, Path("left-out"))
     top = min(max(asked), codes)
-    for name, make in (("model+prior", lambda s, tr: ModelGuided(s, prior=prior)),
-                       ("model", lambda s, tr: ModelGuided(s))):
-        out["at"][name] = {str(b): fraction(table, run_ours(table, make, min(b, codes), 0, ahead=ahead))
-                           for b in asked}
-        measured = run_ours(table, make, top, 0, ahead=ahead)
+    for name, given in (("model+prior", prior), ("model", None)):
+        def run(budget: int, given: Prior | None = given) -> list[float]:
+            return run_ours(table, ours(table, "model", 0, lambda: given), budget, ahead)
+
+        out["at"][name] = {str(b): fraction(table, run(min(b, codes))) for b in asked}
+        measured = run(top)
         out["trace"][name] = trace(table, measured, top) + [fraction(table, measured)] * (max(asked) - top)
 
 

@@ -13,46 +13,44 @@ A table may hold a whole space or a sample of it.  Its rows are the pool: our st
 among them (a closed context), and a peer's configuration outside the table is answered by the
 nearest row (fewest options changed, ties broken by the seed).  Evaluations count distinct codes
 measured, for every strategy and peer alike: a row of a code measured before is answered free.
+Every strategy and peer runs through `tune`'s search loop (compileiq_build.search.loop.drive):
+its budget, candidate bound, vetting and compiling ahead; our strategies are made as `tune`
+makes them, the model with the prior `tune` loads (the shipped one, `--prior-model PATH`'s, or
+none with `--no-prior`) wherever the table's options and baseline features let `tune` use it.
 
 For each strategy and seed it replays a search of `--budget` evaluations and reports, as the
 median over seeds, the fraction of the optimum's gain reached ((t_baseline - t_best_found) /
 (t_baseline - t_optimum)), the evaluations needed to reach 95% of it, and how many seeds ended
-short of 95% (the tail a median hides).  Our strategies run through the same code as `tune`;
-the peers (benchmarks/peers.py, `pip install -e '.[bench]'`) are Optuna's TPE, NVIDIA's
-compileiq engine, SMAC3 and Kernel Tuner; a peer that does not install or run says why.
+short of 95% (the tail a median hides).  The peers (benchmarks/peers.py, `pip install -e
+'.[bench]'`) are Optuna's TPE, NVIDIA's compileiq engine, SMAC3 and Kernel Tuner; a peer that
+does not install or run says why.
 
     python -m benchmarks.search_replay TABLE.csv --budget 20 --seeds 20 [--json] [--prior OTHER.csv]
         [--no-features]   # the options alone
+        [--prior-model PATH | --no-prior] [--compile-ahead K]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
+import functools
 import json
 import math
 import random
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.peers import PEERS, BudgetSpent, Free, PeerUnavailable
-from compileiq_build.build.space import DEFAULT, Dimension, FlagSpace, dimensions_for
-from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
-from compileiq_build.search.strategies import (
-    Candidate,
-    Context,
-    Exhaustive,
-    Proposal,
-    RandomSearch,
-    Staged,
-    Strategy,
-    Trial,
-)
-from compileiq_build.search.strategies.model import ModelGuided
+from benchmarks.peers import PEERS, Peer, PeerStrategy, PeerUnavailable
+from compileiq_build.build.space import DEFAULT, Config, Dimension, FlagSpace, dimensions_for
+from compileiq_build.search.loop import Measured, drive
+from compileiq_build.search.prior import Prior
+from compileiq_build.search.prior import load as load_prior
+from compileiq_build.search.strategies import REGISTRY, Candidate, Strategy, Trial
+from compileiq_build.search.target import search_strategy
 
 LANGUAGE = "T"  # dimension keys are "T:<column>"
 
@@ -145,88 +143,66 @@ def prior_of(table: Table) -> list[Trial]:
             for row, t in zip(table.rows, table.times, strict=True)]
 
 
-class Measurements:
-    """The replay's bench: times by row, a code measured once, the budget counted in codes."""
-
-    def __init__(self, table: Table, budget: int) -> None:
-        self.table = table
-        self.budget = budget
-        self.by_code: dict[str, float] = {table.codes[table.baseline]: table.times[table.baseline]}
-        self.measured: list[float] = []  # a time per evaluation, in order
-        self.spread_by_code: dict[str, float | None] = {}
-
-    @property
-    def left(self) -> int:
-        return self.budget - len(self.measured)
-
-    def spread(self, row: int) -> float | None:
-        """The interval of the row's code as measured (that of the row measured for it)."""
-        return self.spread_by_code.get(self.table.codes[row], self.table.spreads[row])
-
-    def measure(self, row: int) -> float:
-        """The row's time; a code measured before answers `Free` (no evaluation spent)."""
-        code = self.table.codes[row]
-        if code in self.by_code:
-            return Free(self.by_code[code])
-        if self.left <= 0:
-            raise BudgetSpent
-        self.by_code[code] = self.table.times[row]
-        self.spread_by_code[code] = self.table.spreads[row]
-        self.measured.append(self.table.times[row])
-        return self.by_code[code]
+def prior_from(path: Path | None = None) -> Callable[[], Prior | None]:
+    """The prior as `tune` loads it: the model file at `path`, else the shipped one; loaded once."""
+    return functools.cache(lambda: load_prior(path))
 
 
-def run_ours(table: Table, make: Callable[[int, list[Trial]], Strategy], budget: int, seed: int,
-             prior: list[Trial] | None = None, ahead: int | None = None) -> list[float]:
-    """Times measured, in order, by one of our strategies choosing among the table's rows.
+SHIPPED_PRIOR = prior_from()
+
+
+def ours(table: Table, name: str, seed: int, load_prior: Callable[[], Prior | None] = SHIPPED_PRIOR,
+         transfer: Sequence[Trial] = ()) -> Strategy:
+    """Our strategy `name` as `tune` makes it for the table's space and baseline (search_strategy):
+    the model takes the prior where `tune` would; `transfer` warm-starts it."""
+    return search_strategy(name, seed, space_of(table), table.features[table.baseline], load_prior,
+                           transfer)[0]
+
+
+def run_ours(table: Table, strategy: Strategy, budget: int, ahead: int | None = None) -> list[float]:
+    """Times measured, in order (one per evaluation), by a strategy choosing among the table's rows
+    through `tune`'s loop (loop.drive): a row of a code measured before is free, the budget counts
+    distinct codes, the candidate bound, vetting and compiling ahead are tune's.
 
     Every row's code and features are known from the start (as if all were compiled), unless
-    `ahead` is given: then only those of the rows measured, and of `ahead` rows per evaluation
-    that the strategy's `scout` names (tune --compile-ahead)."""
-    space = space_of(table)
-    strategy = make(seed, prior or [])
-    bench = Measurements(table, budget)
+    `ahead` is given: then only those of the rows compiled, those proposed and `ahead` per
+    evaluation that the strategy's `scout` names (tune --compile-ahead)."""
     base = table.times[table.baseline]
-    history: list[Trial] = []
-    revealed = set(range(len(table.rows))) if ahead is None else {table.baseline}
+    times: list[float] = []
 
-    def context() -> Context:
-        known = [Candidate(_keyed(r), c if i in revealed else "", f if i in revealed else {})
-                 for i, (r, c, f) in enumerate(zip(table.rows, table.codes, table.features, strict=True))]
-        return Context(space, history, known, closed=True, budget=budget,
-                       baseline_code=table.codes[table.baseline],
-                       baseline_features=table.features[table.baseline])
+    def row_of(config: Config) -> int:
+        if (row := table.index(_plain(config))) is None:
+            raise AssertionError(f"{strategy.name} named a configuration outside the table")
+        return row
 
-    scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
-    turned_down = 0  # proposals compiled and not measured (`vet`): they count against tune's candidate bound
-    while bench.left > 0 and len(history) + turned_down < CANDIDATES_PER_EVALUATION * budget:
-        if ahead and scout is not None:
-            for config in scout(context(), ahead):
-                if (row := table.index(_plain(config))) is not None:
-                    revealed.add(row)
-        proposal = strategy.propose(context())
-        if not isinstance(proposal, Proposal):
-            break
-        row = table.index(_plain(proposal.config))
-        if row is None:
-            raise AssertionError(f"{strategy.name} proposed a configuration outside the table")
-        revealed.add(row)  # compiled: as in `tune`, measured only if the strategy's `vet` admits it
-        if vet is not None and vet(context(), proposal, Candidate(_keyed(table.rows[row]), table.codes[row],
-                                                                  table.features[row])):
-            turned_down += 1
-            continue
-        ratio = bench.measure(row) / base
-        history.append(Trial(proposal.config, ratio, ratio < 1.0, bench.spread(row), table.codes[row],
-                             phase=proposal.phase, parent=proposal.parent))
-    return bench.measured
+    def compile_row(config: Config) -> Candidate:
+        row = row_of(config)
+        return Candidate(_keyed(table.rows[row]), table.codes[row], table.features[row])
+
+    def measure(config: Config, code: str) -> Measured:
+        row = row_of(config)
+        times.append(table.times[row])
+        return Measured(table.times[row] / base, table.times[row] < base, table.spreads[row])
+
+    known = [Candidate(_keyed(r), c, f) if ahead is None or i == table.baseline else Candidate(_keyed(r), "")
+             for i, (r, c, f) in enumerate(zip(table.rows, table.codes, table.features, strict=True))]
+    drive(strategy, space_of(table), budget, compile_row, measure, baseline_code=table.codes[table.baseline],
+          baseline_features=table.features[table.baseline], known=known, closed=True,
+          compile_ahead=ahead or 0)
+    return times
 
 
-def run_peer(table: Table, peer, budget: int, seed: int) -> list[float]:
-    bench = Measurements(table, budget)
+def run_peer(table: Table, peer: Peer, budget: int, seed: int, name: str = "peer") -> list[float]:
+    """Times measured by a peer engine through the same loop: a configuration outside the table is
+    answered by its nearest row (fewest options changed, ties broken by the seed)."""
     rng = random.Random(f"nearest:{seed}")
-    with contextlib.suppress(BudgetSpent):
-        peer(table.dims, lambda config: bench.measure(table.nearest(config, rng)), budget, seed)
-    return bench.measured
+    strategy = PeerStrategy(name, peer, table.dims, budget, seed,
+                            lambda config: _keyed(table.rows[table.nearest(config, rng)]),
+                            table.times[table.baseline])
+    try:
+        return run_ours(table, strategy, budget)
+    finally:
+        strategy.close()
 
 
 def _fraction(table: Table, measured: list[float]) -> float:
@@ -243,25 +219,22 @@ def _evals_to(table: Table, measured: list[float], level: float) -> int | None:
     return None
 
 
-OURS: dict[str, Callable[[int, list[Trial]], Strategy]] = {
-    "exhaustive": lambda seed, prior: Exhaustive(),
-    "random": lambda seed, prior: RandomSearch(seed),
-    "staged": lambda seed, prior: Staged(),
-    "model": lambda seed, prior: ModelGuided(seed, transfer=prior),
-}
+OURS = ("exhaustive", "random", "staged", "model")  # run by default; any name of REGISTRY may be asked
 
 
 def replay(table: Table, budget: int, seeds: int, strategies: list[str],
-           prior: list[Trial] | None = None, ahead: int | None = None) -> dict[str, dict]:
+           transfer: list[Trial] | None = None, ahead: int | None = None,
+           load_prior: Callable[[], Prior | None] = SHIPPED_PRIOR) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for name in strategies:
         fractions, evals = [], []
         try:
             for seed in range(seeds if name not in ("exhaustive", "staged") else 1):
-                if name in OURS:
-                    measured = run_ours(table, OURS[name], budget, seed, prior, ahead)
+                if name in REGISTRY:
+                    strategy = ours(table, name, seed, load_prior, transfer or ())
+                    measured = run_ours(table, strategy, budget, ahead)
                 else:
-                    measured = run_peer(table, PEERS[name], budget, seed)
+                    measured = run_peer(table, PEERS[name], budget, seed, name)
                 fractions.append(_fraction(table, measured))
                 evals.append(_evals_to(table, measured, 0.95))
         except PeerUnavailable as exc:
@@ -285,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--strategies", nargs="+", default=[*OURS, *PEERS],
-                   choices=[*OURS, *PEERS])
+                   choices=[*REGISTRY, *PEERS])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-features", action="store_true",
                    help="ignore the feature: columns: the options (and codes) alone")
@@ -295,12 +268,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="our strategies know a row's code and features only once it is measured or "
                         "named by the strategy's scout, K per evaluation (as tune --compile-ahead K); "
                         "default: every row's from the start")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--prior-model", type=Path, metavar="PATH",
+                       help="the prior's model file, as tune --prior (default: the shipped one)")
+    model.add_argument("--no-prior", action="store_true",
+                       help="the model without a prior, as tune --no-prior")
     args = p.parse_args(argv)
     table = load_table(args.table)
     if args.no_features:
         table = without_features(table)
-    prior = prior_of(load_table(args.prior)) if args.prior else None
-    results = replay(table, args.budget, args.seeds, args.strategies, prior, args.compile_ahead)
+    transfer = prior_of(load_table(args.prior)) if args.prior else None
+    results = replay(table, args.budget, args.seeds, args.strategies, transfer, args.compile_ahead,
+                     (lambda: None) if args.no_prior else prior_from(args.prior_model))
     if args.json:
         def finite(e: float | None) -> float | None:
             return None if e is None or e == math.inf else e

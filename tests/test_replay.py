@@ -6,12 +6,15 @@ import csv
 import itertools
 import json
 import random
+import threading
 from pathlib import Path
 
 import pytest
 
 from benchmarks import search_replay
-from compileiq_build.search.strategies import RandomSearch
+from compileiq_build.build.space import Config, Dimension, FlagSpace, config_key
+from compileiq_build.search.loop import Measured, drive
+from compileiq_build.search.strategies import Candidate, Context, Exhaustive, Proposal, RandomSearch, Stop
 
 
 def _table(path, offset: float = 0.0):
@@ -59,8 +62,8 @@ def test_without_features_the_model_sees_the_options_alone(tmp_path):
             seen.append([(c.config, dict(c.features)) for c in context.known])
             return super().propose(context)
 
-    search_replay.run_ours(table, lambda seed, prior: Spy(seed), 2, 0)
-    search_replay.run_ours(search_replay.without_features(table), lambda seed, prior: Spy(seed), 2, 0)
+    search_replay.run_ours(table, Spy(0), 2)
+    search_replay.run_ours(search_replay.without_features(table), Spy(0), 2)
     assert len(seen[0]) == len(table.rows)
     assert ({"T:a": "1", "T:b": "x"}, {"registers": 32 + 8 * 4}) in seen[0]  # the 5th row
     assert seen[-1] and all(f == {} for _, f in seen[-1])
@@ -77,49 +80,43 @@ def test_the_model_does_not_stop_short_on_the_recorded_nbody_table():
     assert results["fraction_at_budget"] >= 0.95 and results["short_of_95"] <= 1
 
 
-# 4 x 4 x 4 labels: large enough that every engine's own stopping rule leaves the budget to ours.
+# 4 x 4 x 4 labels: large enough that every engine's own stopping rule leaves the budget to the loop.
 _DIMS = {"a": ["default", "1", "2", "3"], "b": ["default", "x", "y", "z"], "c": ["default", "p", "q", "r"]}
 
 
-def _drive(peer: str, budget: int, seed: int, spend_at: int | None = None,
-           free: bool = False) -> tuple[list[tuple[str, ...]], int]:
-    """The configs `evaluate` measured, in order, and how often it was called after BudgetSpent.
-    With `free`, configs with c == "p" are answered as Free (not spending budget)."""
-    from benchmarks.peers import PEERS, BudgetSpent, Free
-
-    order = {name: {label: i for i, label in enumerate(labels)} for name, labels in _DIMS.items()}
-    measured: list[tuple[str, ...]] = []
-    after = -1  # calls from the one that raised on
-
-    def evaluate(config: dict[str, str]) -> float:
-        nonlocal after
-        if after >= 0 or (spend_at is not None and len(measured) >= spend_at):
-            after += 1
-            raise BudgetSpent
-        t = 1.0 + sum(order[name][label] * 0.1 for name, label in config.items())
-        if free and config["c"] == "p":
-            return Free(t)
-        measured.append(tuple(config.values()))
-        return t
-
-    PEERS[peer](_DIMS, evaluate, budget, seed)
-    return measured, max(after, 0)
+def _cube(path: Path, free_c: bool = False) -> search_replay.Table:
+    """The 4 x 4 x 4 space as a table, each row's time its own; with `free_c`, `c` changes no code."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*_DIMS, "code", "time"])
+        for i, row in enumerate(itertools.product(*_DIMS.values())):
+            w.writerow([*row, "/".join(row[:2] if free_c else row), 1.0 + 0.001 * i])
+    return search_replay.load_table(path)
 
 
 @pytest.mark.parametrize("peer, package", [("smac", "smac"), ("kernel-tuner-bo", "kernel_tuner"),
                                            ("kernel-tuner-ga", "kernel_tuner")])
-def test_a_new_peer_keeps_the_budget_rule(peer, package):
+def test_a_peer_spends_the_budget_as_the_loop_counts_it(tmp_path, peer, package):
+    """A peer runs through tune's loop: it measures `budget` distinct codes, never one twice, is
+    deterministic for a seed, and its engine's thread ends with the loop."""
     pytest.importorskip(package)
-    measured, _ = _drive(peer, budget=10, seed=3)
-    assert len(measured) == 10 and len(set(measured)) == 10  # the budget, never a config twice
-    assert _drive(peer, budget=10, seed=3)[0] == measured  # deterministic for a seed
-    spent, calls_after = _drive(peer, budget=10, seed=3, spend_at=4)
-    assert spent == measured[:4] and calls_after == 0  # BudgetSpent ends the run at once
+    from benchmarks.peers import PEERS
+
+    table = _cube(tmp_path / "cube.csv")
+    measured = search_replay.run_peer(table, PEERS[peer], 10, 3, peer)
+    assert len(measured) == 10 and len(set(measured)) == 10  # each row's time is its own
+    assert search_replay.run_peer(table, PEERS[peer], 10, 3, peer) == measured
+    assert not [t for t in threading.enumerate() if t.name == peer]
 
 
-def test_a_free_answer_does_not_spend_the_budget():
+def test_a_code_measured_before_does_not_spend_a_peers_budget(tmp_path):
+    """`c` changes no code here: the loop answers those rows free, and the peer goes on to 10
+    distinct codes."""
     pytest.importorskip("kernel_tuner")
-    measured, _ = _drive("kernel-tuner-bo", budget=10, seed=0, free=True)
+    from benchmarks.peers import PEERS
+
+    table = _cube(tmp_path / "cube.csv", free_c=True)
+    measured = search_replay.run_peer(table, PEERS["kernel-tuner-bo"], 10, 0)
     assert len(measured) == 10 and len(set(measured)) == 10
 
 
@@ -146,14 +143,8 @@ def test_a_sampled_table_with_codes_counts_distinct_codes(tmp_path, capsys):
     table = search_replay.load_table(path)
     # Every strategy measures 6 distinct codes: rows of a code measured before are free.
     for name in ("random", "exhaustive"):
-        measured = search_replay.run_ours(table, search_replay.OURS[name], 6, 0)
+        measured = search_replay.run_ours(table, search_replay.ours(table, name, 0), 6)
         assert len(measured) == 6
-    bench = search_replay.Measurements(table, 2)
-    p, q = table.index({"a": "1", "b": "x", "c": "p"}), table.index({"a": "1", "b": "x", "c": "q"})
-    first = bench.measure(p)
-    assert not isinstance(first, search_replay.Free) and bench.measured == [first]
-    again = bench.measure(q)  # the same code: answered free, not counted
-    assert isinstance(again, search_replay.Free) and again == first and len(bench.measured) == 1
     # A configuration outside the table is answered by the row with the fewest options changed.
     assert table.rows[table.nearest({"a": "3", "b": "z", "c": "r"}, random.Random(0))]["a"] == "3"
 
@@ -169,8 +160,8 @@ def test_a_spread_column_is_the_noise_the_replayed_model_stops_on(tmp_path):
     assert set(table.dims) == {"a", "b", "c"} and table.spreads[1] == 0.2
     # Measurements that resolve 20%: no predicted gain is worth measuring; the table without
     # the column leaves the model its assumed 0.2%, and it goes on.
-    coarse = search_replay.run_ours(table, search_replay.OURS["model"], 20, 0)
-    fine = search_replay.run_ours(search_replay.load_table(plain), search_replay.OURS["model"], 20, 0)
+    coarse = search_replay.run_ours(table, search_replay.ours(table, "model", 0), 20)
+    fine = search_replay.run_ours(search_replay.load_table(plain), search_replay.ours(table, "model", 0), 20)
     assert len(coarse) < len(fine)
 
 
@@ -201,3 +192,65 @@ def test_an_open_replay_measures_distinct_codes_of_the_whole_space():
     assert min(times) >= best
     result = open_replay.replay(3, budget=8, seeds=2, ahead=3)
     assert result["runs"] == 2 and 0.0 <= result["fraction_at_budget"] <= 1.0
+
+
+_LINE = FlagSpace((Dimension("T", "a", ("1", "2", "3", "4", "5", "6"), "{v}"),))
+_CODES = {"default": "A", "1": "A", "2": "B", "3": "B", "4": "C", "5": "D", "6": "E"}
+
+
+def _line_compile(compiled: list[str]):
+    def compile_(config: Config) -> Candidate:
+        value = _LINE.full_config(config)["T:a"]
+        compiled.append(value)
+        return Candidate(config, _CODES[value], {"spills": float(value == "4")})
+
+    return compile_
+
+
+def test_drive_counts_the_budget_in_codes_as_tune_does():
+    """loop.drive, the loop of the replays: a code measured before (or the baseline's) takes that
+    measurement and `measure` sees each new code once; the budget counts codes; the candidate
+    bound counts compiles."""
+    measured: list[str] = []
+
+    def measure(config: Config, code: str) -> Measured:
+        measured.append(code)
+        return Measured(0.9, True, 0.01)
+
+    proposals = drive(Exhaustive(), _LINE, 3, _line_compile([]), measure, baseline_code="A")
+    assert measured == ["B", "C", "D"] and proposals.finished == "budget of 3 evaluations reached"
+    trials = {t.config["T:a"]: t for t in proposals.history()[0]}
+    assert list(trials) == ["1", "2", "3", "4", "5"]
+    assert trials["1"].ratio == 1.0 and not trials["1"].faster  # the baseline's code
+    assert trials["3"].ratio == 0.9 and trials["3"].spread == 0.01  # B's measurement
+    bounded = drive(Exhaustive(), _LINE, 3, _line_compile([]), measure, baseline_code="A", max_candidates=2)
+    assert bounded.finished == "2 candidates compiled"
+
+
+def test_drive_compiles_ahead_and_vets_as_tune_does():
+    """Compiling ahead: what `scout` names, at most K per evaluation started (tune compiles while
+    the GPU measures one); a proposal `vet` turns down is a known candidate, not measured, and
+    counts against the candidate bound."""
+
+    class Scouting(Exhaustive):
+        def propose(self, context: Context) -> Proposal | Stop:
+            spilling = {config_key(c.config) for c in context.known if c.features.get("spills")}
+            return next((Proposal({"T:a": v}, "line") for v in _LINE.dimensions[0].values
+                         if context.fresh({"T:a": v}) and f"T:a={v}" not in spilling), Stop("done"))
+
+        def scout(self, context: Context, count: int) -> list[Config]:
+            return [{"T:a": v} for v in _LINE.dimensions[0].values
+                    if context.fresh({"T:a": v}) and config_key({"T:a": v}) not in context.codes][:count]
+
+        def vet(self, context: Context, proposal: Proposal, candidate: Candidate) -> str:
+            return "it spills" if candidate.features.get("spills") else ""
+
+    compiled: list[str] = []
+    proposals = drive(Scouting(), _LINE, 2, _line_compile(compiled),
+                      lambda config, code: Measured(0.9, True), baseline_code="A", compile_ahead=1)
+    trials, known = proposals.history()
+    # Ahead: "1" before the first evaluation (A, the baseline's: Exhaustive skips it), "3" before
+    # the second (B, measured by then: skipped too); proposed: "2" (B), "4" (turned down), "5" (D).
+    assert compiled == ["1", "2", "3", "4", "5"] and list(proposals.ahead) == ["T:a=1", "T:a=3"]
+    assert [t.config["T:a"] for t in trials] == ["2", "5"] and proposals.turned_down == 1
+    assert "4" in {c.config["T:a"] for c in known}

@@ -17,6 +17,9 @@ may be one measured already (no GPU time then), and the model predicts it from i
 Vetting (a strategy with `vet`): a proposal, once compiled, goes to the GPU only if the
 strategy still wants it now that its code and features are known; one it turns down is stored
 as compiled and not measured (phase scout), and counts against the candidate bound.
+
+`drive` runs the same loop in one thread with the caller's compile and measure (replays, open
+evaluations): the same `Proposals`, so the same budget, candidate bound, vetting and compiling ahead.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from compileiq_build.build.space import Config, FlagSpace, config_key
 from compileiq_build.evaluate.evaluator import Built, Evaluator
@@ -53,8 +56,9 @@ class Proposals:
                  history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
                  halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None,
                  compile_ahead: int = 0, out_of_time: Callable[[], str] = lambda: "",
-                 baseline_features: Mapping[str, float] | None = None) -> None:
+                 baseline_features: Mapping[str, float] | None = None, closed: bool = False) -> None:
         self.strategy = strategy
+        self.closed = closed  # the strategy chooses among the known candidates only (a replay's table)
         self.baseline_features = dict(baseline_features or {})  # the baseline code's (the prior reads them)
         self.space = space
         self.history = history  # the search so far, from the store: trials, and the compiled candidates
@@ -77,7 +81,7 @@ class Proposals:
         recorded = {config_key(t.config) for t in trials}
         pending = [Trial(p.config, None, False, code=code, pending=True, phase=p.phase, parent=p.parent)
                    for key, (p, code) in self.in_flight.items() if key not in recorded]
-        return Context(self.space, [*trials, *pending], known, budget=self.budget,
+        return Context(self.space, [*trials, *pending], known, closed=self.closed, budget=self.budget,
                        baseline_code=self.baseline_code, baseline_features=self.baseline_features)
 
     def progress(self) -> tuple[int, float]:
@@ -182,6 +186,75 @@ class Proposals:
     def _finish(self, why: str) -> None:
         self.finished = self.finished or why
         self._cond.notify_all()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What measuring a compiled candidate gave (`drive`'s `measure`)."""
+
+    ratio: float | None  # candidate/baseline cost; None: the measurement failed
+    faster: bool  # significantly faster than the baseline
+    spread: float | None = None  # relative half-width of the ratio's interval
+
+
+def drive(strategy: Strategy, space: FlagSpace, budget: int, compile: Callable[[Config], Candidate],
+          measure: Callable[[Config, str], Measured], *, baseline_code: str,
+          baseline_features: Mapping[str, float] | None = None, known: Sequence[Candidate] = (),
+          closed: bool = False, compile_ahead: int = 0, max_candidates: int | None = None) -> Proposals:
+    """The search loop of `tune` in this thread, compiling and measuring through the caller's
+    callables: replays and evaluations answered from tables or models instead of a GPU.
+
+    The accounting is `Proposals`', as in `run_search`: the budget in distinct machine codes, the
+    candidate bound (default CANDIDATES_PER_EVALUATION x budget), vetting, compiling ahead.  Each
+    step first compiles what the strategy's `scout` names, up to `compile_ahead` per evaluation
+    started (tune does so while the GPU measures one), then the next proposal.  A proposal the
+    strategy's `vet` turns down stays a known candidate; one of a code measured before (or the
+    baseline's) takes that measurement; one that did not build counts an evaluation, as in tune;
+    `measure` is asked of new codes only.
+    `compile(config)`: the candidate with its code ("": it did not build) and compile-time
+    features.  `measure(config, code)`: its ratio to the baseline.  `known`: candidates known from
+    the start (a table's rows: the pool of a `closed` context; code "" until compiled).
+    Returns the proposals: `finished` says why the search ended, `history()` gives the trials in
+    the order measured and the known candidates."""
+    trials: list[Trial] = []
+    pool = {config_key(space.full_config(c.config)): c for c in known}
+
+    def learn(candidate: Candidate) -> None:
+        if candidate.code:
+            pool[config_key(space.full_config(candidate.config))] = candidate
+
+    proposals = Proposals(strategy, space, lambda: (list(trials), list(pool.values())), budget,
+                          halt=lambda: "", baseline_code=baseline_code, max_candidates=max_candidates,
+                          compile_ahead=compile_ahead, baseline_features=baseline_features, closed=closed)
+    while True:
+        spent = proposals.context().spent
+        while (spent < budget and len(proposals.ahead) < compile_ahead * (spent + 1)
+               and (config := proposals.next_ahead()) is not None):
+            learn(ahead := compile(config))
+            proposals.compiled_ahead(config, ahead.code)
+        if (proposal := proposals.next(may_wait=False)) is None:
+            return proposals
+        candidate = compile(proposal.config)
+        proposals.compiled(proposal.config, candidate.code)
+        if not (candidate.code and proposals.vet(proposal, candidate)):
+            trials.append(_measured(proposal, candidate.code, proposals.context(), measure))
+        learn(candidate)
+        proposals.done(proposal.config)
+
+
+def _measured(proposal: Proposal, code: str, context: Context,
+              measure: Callable[[Config, str], Measured]) -> Trial:
+    """The proposal's trial: the measurement of its code where taken, else a new one."""
+    def trial(ratio: float | None, faster: bool, spread: float | None = None) -> Trial:
+        return Trial(proposal.config, ratio, faster, spread, code, phase=proposal.phase,
+                     parent=proposal.parent)
+
+    if not code:
+        return trial(None, False)  # it did not build
+    if (twin := context.by_code.get(code)) is not None:
+        return trial(twin.ratio, twin.faster, twin.spread)
+    m = measure(proposal.config, code)
+    return trial(m.ratio, m.faster, m.spread)
 
 
 def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Proposals,

@@ -8,7 +8,7 @@ strategy, the time or Ctrl-C ends it; `predicted` is what the prior said of the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from compileiq_build.build.space import FlagSpace, Prober, build_space, config_key
@@ -22,7 +22,7 @@ from compileiq_build.results.progress import Reporter
 from compileiq_build.search.history import history, transfer
 from compileiq_build.search.loop import Proposals, run_search
 from compileiq_build.search.prior import Prior, for_space
-from compileiq_build.search.strategies import make_strategy
+from compileiq_build.search.strategies import Strategy, Trial, make_strategy
 
 
 def target_space(target: Target, tree_project: Project, arch: str, options: TuneOptions, probe: Path,
@@ -70,7 +70,8 @@ def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
     model = options.strategy == "model"
     if warm and model:
         report.note(f"{name}: the search starts from {len(warm)} evaluations of other targets in the store")
-    prior = load_prior() if model and for_space(space) and evaluator.baseline_features else None
+    strategy, prior = search_strategy(options.strategy, options.seed, space, evaluator.baseline_features,
+                                      load_prior, warm)
     if model:
         used = prior.label if prior else (
             "none: it knows CUDA options only" if not for_space(space) else
@@ -79,13 +80,23 @@ def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
             "none: it could not be loaded (see the warning)")
         report.note(f"{name}: prior {used}")
         evaluator.store.update_session(evaluator.session, "prior_used", {name: used})
-    strategy = make_strategy(options.strategy, options.seed, warm, prior)
     proposals = Proposals(strategy, space, lambda: history(evaluator), options.budget, halt,
                           evaluator.baseline.digest, options.max_candidates,
                           options.compile_ahead, out_of_time, evaluator.baseline_features)
     # CPU benchmarks are measured only once the compilers are done: they share the cores.
     run_search(evaluator, evaluator.workers, proposals, report, overlap="CUDA" in evaluator.target.languages)
     return proposals
+
+
+def search_strategy(name: str, seed: int, space: FlagSpace, baseline_features: Mapping[str, float],
+                    load_prior: Callable[[], Prior | None], transfer: Sequence[Trial] = ()
+                    ) -> tuple[Strategy, Prior | None]:
+    """The strategy `tune` searches with, and the prior it takes: the model-guided search loads
+    one (`load_prior`) where the prior knows the space's options and the baseline's code has
+    features; `transfer`: other targets' evaluations, which it starts from."""
+    wanted = name == "model" and for_space(space) and bool(baseline_features)
+    prior = load_prior() if wanted else None
+    return make_strategy(name, seed, transfer, prior), prior
 
 
 def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> None:
