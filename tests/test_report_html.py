@@ -102,7 +102,7 @@ _CLICK = """<script>window.addEventListener("load", () => {
 
 
 def _bar(png: Path, color: str) -> tuple[int, int]:
-    """The longest row of pixels of exactly this colour in the picture, and how many rows are as long."""
+    """The most pixels of exactly this colour in one row of the picture, and how many rows hold as many."""
     from PIL import Image
 
     rgb = tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
