@@ -38,7 +38,7 @@ def test_a_passenger_is_left_out_and_an_option_that_matters_is_kept(cxx_project,
     worker = evaluator.workers[0]
     flags = SPACE.flags(WINNER)
     check = _validated(evaluator, WINNER, flags)
-    minimize(evaluator, SPACE, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    minimize(evaluator, SPACE, check, Sampling(4, 4), Reporter(quiet=True))
     steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
     # Without -fno-math-errno: compiled, the same code as the winner's, not measured.
     passenger = steps["CXX:O=3"]
@@ -77,7 +77,7 @@ def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, con
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     flags = space.flags(winner)
     check = _validated(evaluator, winner, flags)
-    minimize(evaluator, space, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    minimize(evaluator, space, check, Sampling(4, 4), Reporter(quiet=True))
     (step,) = [o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")
                if o.evaluation.config_key == "CXX:O=3"]
     assert step.evaluation.same_as is None and store.samples(step.evaluation.id)  # measured
@@ -111,7 +111,7 @@ def test_a_step_much_slower_than_the_winner_is_raced_out(cxx_project, configure)
     write_finalists(evaluator, store, 0.5, 0.15)
     flags = space.flags(winner)
     check = _validated(evaluator, winner, flags)
-    minimize(evaluator, space, check, Sampling(6, 6), lambda: False, Reporter(quiet=True))
+    minimize(evaluator, space, check, Sampling(6, 6), Reporter(quiet=True))
     steps = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", evaluator.arch_keys, "minimize")}
     alone = steps["CXX:stack-protector-all=on"]
     assert alone.evaluation.same_as is None and alone.estimates[workload].pairs == 2
@@ -144,7 +144,7 @@ def test_passengers_go_before_anything_is_measured_and_unchecked_options_are_nam
     assert "NOT CHECKED: CXX:O=3, CXX:no-math-errno=on, CXX:stack-protector-all=on" in text
     assert "not checked (minimizing stopped" in report(cxx_project / "build")
 
-    minimize(evaluator, space, check, Sampling(4, 4), lambda: False, Reporter(quiet=True))
+    minimize(evaluator, space, check, Sampling(4, 4), Reporter(quiet=True))
     rows = store.evaluations("saxpy", evaluator.arch_keys, "minimize")
     first = rows[0]
     assert first.config_key == "CXX:O=3 CXX:stack-protector-all=on" and first.same_as == check.evaluation.id

@@ -1,14 +1,17 @@
-"""--time-limit bounds the whole run: the search keeps time to validate and minimize its best
-candidate, and a finalist left without time is named, not validated in overtime.
+"""--time-limit bounds the whole run, validation and minimizing inside it: one clock (decide/clock.py)
+that the search, the paired runs, validation and minimizing ask; its reserve for validating and
+minimizing is estimated from measured times and does not starve the search; a limit that cannot
+hold one evaluation is refused at the start, with the limit that would.
 
-Real cmake, ninja and g++ on the C++ fixture, whose library the project builds at -O0, so
-that -O2 is a finalist.
+Real cmake, ninja and g++ on the C++ fixture, whose library the project builds at -O0, so that
+-O2 is a finalist; BENCH_SLEEP_MS makes each of its runs last that long.  The clock's arithmetic
+is checked with a time source the test sets, not with wall-clock tolerances.
 """
 
 from __future__ import annotations
 
 import io
-import sqlite3
+import re
 import time
 
 import pytest
@@ -16,109 +19,223 @@ from conftest import cxx_evaluator
 from rich.console import Console
 
 from compileiq_build.build.space import Dimension, FlagSpace
-from compileiq_build.decide.selection import NoWinner
+from compileiq_build.decide.clock import Clock, StepTimes
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner
+from compileiq_build.errors import CompileIQError
 from compileiq_build.options import TuneOptions
 from compileiq_build.results.progress import Reporter
 from compileiq_build.search.history import history, trials
 from compileiq_build.search.loop import Proposals, run_search
 from compileiq_build.search.strategies import Exhaustive
-from compileiq_build.stages.tune import Tuner
+from compileiq_build.stages.tune import tune
+from compileiq_build.stages.validate import validate
+from compileiq_build.store.database import read_store
 
 SPACE = FlagSpace((Dimension("CXX", "O", ("2",), "-O{v}"),))
 
 
-def _searched(cxx_project, configure, report=None):
-    """The fixture with -O2 measured in the search, and a Tuner over its build folder."""
-    evaluator, store = cxx_evaluator(cxx_project, configure, [1], report)
-    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=1, halt=lambda: "")
-    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=False)
-    [outcome] = trials(evaluator)
-    assert outcome.faster  # -O2 against the project's -O0
-    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=3600), evaluator.report)
-    return evaluator, store, tuner
+class Now:
+    """A time source the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
-def test_the_search_keeps_time_to_validate_its_best_candidate(cxx_project, configure):
-    evaluator, store, tuner = _searched(cxx_project, configure)
-    db = sqlite3.connect(cxx_project / "build" / "compileiq" / "results.sqlite")
-    build_s, measuring_s = db.execute(
-        "SELECT e.build_seconds, SUM(s.wall_s) FROM evaluations e JOIN samples s ON s.evaluation_id = e.id"
-        " WHERE e.phase = 'search'").fetchone()
-    reserve = tuner._validation_reserve(evaluator)
-    # Its build and twice its measuring; with one option, minimizing has nothing to try.
-    assert reserve == pytest.approx(build_s + 2 * measuring_s) and reserve > 0
-    tuner.deadline = time.monotonic() + reserve / 2  # the deadline is nearer than the reserve
-    assert tuner.out_of_time(reserve) and not tuner.out_of_time()
-    tuner.deadline = None  # no time limit: nothing is kept
-    assert tuner._validation_reserve(evaluator) == 0.0
-    store.close()
+def test_each_target_has_an_equal_share_of_the_time_left():
+    now = Now()
+    clock = Clock(100, now=now)
+    now.t += 20
+    clock.share(4)
+    assert clock.share_s == 20 and clock.remaining() == 20
+    now.t += 30  # the first target used 30 s: the next ones share the 50 s left
+    clock.share(2)
+    assert clock.share_s == 25 and clock.end == now.t + 25
+    now.t += 60  # past the deadline: no share, not a negative one
+    clock.share(1)
+    assert clock.share_s == 0 and clock.why_stop() == "time limit reached"
+    assert Clock().remaining() is None and Clock().why_stop() == ""
 
 
-def test_the_search_keeps_time_to_minimize_a_winner_of_several_options(cxx_project, configure):
-    """-O2 -Wall: a build per option to find passengers, and a measurement with validation's
-    runs for each option no build has shown to be one (-Wall alone compiles to the baseline's code)."""
-    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
-    space = FlagSpace((*SPACE.dimensions, Dimension("CXX", "Wall", ("on",), "-Wall")))
-    worker = evaluator.workers[0]
-    alone = {"CXX:Wall": "on"}
-    assert evaluator.scout(alone, space.flags(alone), "model", worker) == evaluator.baseline.digest
-    config = {"CXX:O": "2", "CXX:Wall": "on"}
-    flags = space.flags(config)
-    outcome = evaluator.evaluate(config, flags, "model", "search", evaluator.build(flags, worker, 0))
-    assert outcome.faster
-    row = outcome.evaluation
-    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=3600), evaluator.report)
-    build_s = store.evaluation(row.id).build_seconds
-    measuring_s = store.measuring_seconds(row.id)
-    # Validation (a build, twice the measuring), two compiles, one measured removal (of -O2).
-    assert tuner._validation_reserve(evaluator) == pytest.approx(3 * build_s + 4 * measuring_s)
-    store.close()
+def test_the_reserve_is_what_validating_and_minimizing_take_at_most_a_quarter():
+    now = Now()
+    times = StepTimes(build_s=2.0, pair_s=1.0, pairs=3)  # validation: 2 s + 6 pairs = 8 s
+    clock = Clock(1000, now=now)
+    clock.share(1)
+    line = clock.plan("k", times, compiles=4, refuse=True)
+    assert clock.reserve == FINALISTS * 8.0 + 4 * 2.0  # far less than a quarter of 1000 s
+    assert line == (f"k: the search keeps {clock.reserve:.0f} s of its 1000 s to validate and minimize "
+                    f"({FINALISTS} validations of a build and 6 pairs of 1.0 s, 4 builds of 2.0 s)")
+    now.t += 1000 - clock.reserve - 1
+    assert clock.why_stop() == ""
+    now.t += 2
+    assert clock.why_stop() == f"time limit reached ({clock.reserve:.0f} s kept to validate and minimize " \
+        "the best candidate)"
+    # Runs twenty times as long: the search still has three quarters of its share.
+    slow = Clock(1000, now=Now())
+    slow.share(1)
+    assert "at most a quarter of the share" in slow.plan("k", StepTimes(2.0, 20.0, 3), 4, refuse=True)
+    assert slow.reserve == 250
+    # A quarter that cannot hold one validation keeps one validation.
+    tight = Clock(100, now=Now())
+    tight.share(1)
+    tight.plan("k", StepTimes(2.0, 5.0, 3), 4, refuse=True)
+    assert tight.reserve == 2.0 + 6 * 5.0
+    tight.keep(0.0)  # after the search: validation and minimizing run to the share's end
+    assert tight.remaining() == 100
+
+
+def test_a_step_that_would_not_end_in_time_is_not_begun_and_ctrl_c_lets_a_measurement_finish():
+    now = Now()
+    clock = Clock(60, now=now)
+    now.t += 55
+    assert clock.why_stop() == "" and clock.why_stop(need=10) == "time limit reached"
+    clock.interrupt()
+    assert clock.why_stop() == "stopped by Ctrl-C" and clock.why_stop(in_flight=True) == ""
+    later = Now()
+    two = Clock(60, now=later)
+    two.share(2)
+    later.t += 31
+    assert two.why_stop() == "its share of the time limit is used (2 targets were left)"
+
+
+def test_a_limit_that_cannot_hold_one_evaluation_is_refused_with_the_limit_that_would():
+    now = Now()
+    clock = Clock(60, now=now)
+    now.t += 15  # building and measuring the baseline took 15 s
+    clock.share(2)
+    times = StepTimes(build_s=4.0, pair_s=2.0, pairs=5)  # 14 s, validating 24 s: 38 s a target
+    with pytest.raises(CompileIQError) as exc:
+        clock.plan("saxpy", times, 4, refuse=True)
+    assert str(exc.value) == (
+        "--time-limit 60s cannot hold one evaluation of saxpy and its validation: a build takes 4.0 s "
+        "and a pair of runs (candidate and baseline) 2.0 s, so 5 pairs and validating with 10 take "
+        "38 s for each of 2 targets, and 15 s are spent already. Give --time-limit 100s or more, or "
+        "fewer --repeats.")
+    clock.plan("saxpy", times, 4, refuse=False)  # a later target: its search runs as time allows
 
 
 def test_a_finalist_is_not_validated_past_the_time_limit(cxx_project, configure):
     out = io.StringIO()
-    evaluator, store, tuner = _searched(cxx_project, configure, Reporter(Console(file=out, width=200)))
-    tuner.deadline = time.monotonic() - 1
-    decision, _ = tuner._validate(evaluator, store, SPACE)
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], Reporter(Console(file=out, width=200)))
+    run_search(evaluator, evaluator.workers, Proposals(Exhaustive(), SPACE, lambda: history(evaluator), 1),
+               Reporter(quiet=True), overlap=False)
+    [outcome] = trials(evaluator)
+    assert outcome.faster  # -O2 against the project's -O0
+    now = Now()
+    evaluator.clock = Clock(60, now=now)
+    now.t += 61
+    decision, _ = validate(evaluator, SPACE, Sampling(4, 4), evaluator.report)
     assert isinstance(decision, NoWinner)
     assert store.evaluations("saxpy", phase="validate") == []
-    assert "time limit reached before CXX:O=2 was validated" in out.getvalue()
+    assert "saxpy: time limit reached before CXX:O=2 was validated" in out.getvalue()
+    # The time runs out after the first run of its validation: stopped there, named, not counted.
+    evaluator.clock = Clock(60, now=lambda: 100.0 if _validating(store) else 0.0)
+    decision, remeasured = validate(evaluator, SPACE, Sampling(4, 4), evaluator.report)
+    assert isinstance(decision, NoWinner) and remeasured == []
+    [row] = store.evaluations("saxpy", phase="validate")
+    assert row.status == "interrupted" and len(store.samples(row.id)) == 1
+    assert ("saxpy: measuring stopped: time limit reached while validating CXX:O=2; run tune again "
+            "with more time to validate it") in out.getvalue()
     # With time, the same finalist is validated and wins.
-    tuner.deadline = time.monotonic() + 3600
-    assert not isinstance(tuner._validate(evaluator, store, SPACE)[0], NoWinner)
-    assert len(store.evaluations("saxpy", phase="validate")) == 1
+    evaluator.clock = Clock(3600)
+    assert isinstance(validate(evaluator, SPACE, Sampling(4, 4), evaluator.report)[0], Winner)
     store.close()
 
 
-def test_each_target_searches_in_its_share_of_the_time_left(cxx_project, configure):
-    configure(cxx_project, cxx_project / "build")
-    tuner = Tuner(cxx_project / "build", TuneOptions(time_limit=100), Reporter(quiet=True))
-    left = tuner.deadline - time.monotonic()
-    assert tuner._share_of_time(4) - time.monotonic() == pytest.approx(left / 4, abs=1)
-    assert tuner._share_of_time(1) == pytest.approx(tuner.deadline)
-    tuner.deadline = time.monotonic() - 5  # past it: no share, not a negative one
-    assert tuner._share_of_time(3) == pytest.approx(time.monotonic(), abs=1)
-    assert Tuner(cxx_project / "build", TuneOptions(), Reporter(quiet=True))._share_of_time(2) is None
-
+def _validating(store) -> bool:
+    rows = store.evaluations("saxpy", phase="validate")
+    return bool(rows and store.samples(rows[-1].id))
 
 
 def test_a_measurement_the_time_limit_reaches_is_stopped_and_not_counted(cxx_project, configure):
     """Found on ggml with --time-limit: a candidate measured when the time ran out took its 20
     pairs of benchmark processes (minutes) before the search could stop. It now stops after the
-    pair in progress, keeps its pairs, and is not counted: the same command measures it again."""
+    run in progress, keeps it, and is not counted: the same command measures it again."""
     out = io.StringIO()
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], Reporter(Console(file=out, width=200)))
 
-    def halt() -> str:  # the time runs out once the candidate's first pair is measured
+    def now() -> float:  # the time runs out once the candidate's first run is measured
         rows = store.evaluations("saxpy", phase="search")
-        return "time limit reached" if rows and store.samples(rows[0].id) else ""
+        return 100.0 if rows and store.samples(rows[0].id) else 0.0
 
-    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=1, halt=halt,
-                          out_of_time=halt)
+    evaluator.clock = Clock(60, now=now)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=1, clock=evaluator.clock)
     run_search(evaluator, evaluator.workers, proposals, evaluator.report, overlap=False)
     [row] = store.evaluations("saxpy", phase="search")
     assert row.status == "interrupted" and row.reason == "measuring stopped: time limit reached"
-    assert {rep for _, _, rep, _, _ in store.samples(row.id)} == {0}  # the pair in progress, kept
+    assert len(store.samples(row.id)) == 1  # the run in progress, kept
     assert trials(evaluator) == []  # not counted: a later run measures it again
     assert "CXX:O=2: measuring stopped: time limit reached; not counted" in out.getvalue()
+    store.close()
+
+
+def _tune(build, limit, **options) -> tuple[float, str]:
+    """tune in this process (the clock starts with it): its seconds and its log."""
+    out = io.StringIO()
+    started = time.monotonic()
+    tune(build, TuneOptions(time_limit=limit, **options), Reporter(Console(file=out, width=300)), "test")
+    return time.monotonic() - started, out.getvalue()
+
+
+def test_the_time_limit_holds_with_validation_and_minimizing_and_the_search_uses_three_quarters(
+        cxx_project, configure):
+    """Random draws set many options: the reserve of the old estimate (a build and a measurement
+    for each option of the best so far) was larger than the limit, and the search stopped after
+    one evaluation.  Now it searches until a quarter of the limit is left; validating and
+    minimizing end within the limit, a measurement stopped before a run the time has not left."""
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    limit = 45.0
+    started = time.time()
+    seconds, log = _tune(build, limit, strategy="random", budget=100, repeats=2, max_repeats=3, seed=1)
+    store = read_store(build / "compileiq" / "results.sqlite")
+    rows = store.evaluations("saxpy")
+    searched = [r for r in rows if r.phase == "search"]
+    validated = [r for r in rows if r.phase == "validate"]
+    assert validated and validated[0].status == "measured", log
+    assert re.search(r"saxpy: time limit reached \(\d+ s kept to validate and minimize", log), log
+    # The search stopped with its budget left once no more than a quarter of the limit was left.
+    (validating,) = store.db.execute("SELECT MIN(started) FROM evaluations WHERE phase='validate'").fetchone()
+    assert validating - started >= 0.75 * limit, log
+    assert len({r.digest for r in searched if r.same_as is None}) >= 2
+    # A candidate of code measured before names that evaluation by the counter's number.
+    shown: dict[str, str] = {}  # the counter's number -> what the evaluation that took it measured
+    for number, text in re.findall(r"^\[saxpy (\d+)/100, [^]]*\] random: CXX:\S+(?: CXX:\S+)*: (.*)$",
+                                   log, re.M):
+        shown.setdefault(number, text)
+    twins = re.findall(r"\] random: \(machine code of evaluation (\d+)\) CXX:\S+(?: CXX:\S+)*: (.*)$",
+                       log, re.M)
+    assert twins and all(shown[number] == text for number, text in twins), log
+    # The whole run, its validation and minimizing included, within the limit and one benchmark
+    # run (with a second for what follows the last step: the decision and the toolchain file).
+    longest_run = store.db.execute("SELECT MAX(wall_s) FROM samples").fetchone()[0]
+    assert seconds <= limit + longest_run + 1.0, log
+    store.close()
+
+
+def test_an_impossible_limit_is_refused_with_the_limit_that_would_hold(cxx_project, configure, monkeypatch):
+    monkeypatch.setenv("BENCH_SLEEP_MS", "500")
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    # One evaluation: the run with the limit named ends once -O2 is validated.
+    options = {"strategy": "staged", "dimensions": ["O"], "budget": 1, "repeats": 2, "max_repeats": 2}
+    with pytest.raises(CompileIQError) as exc:
+        _tune(build, 4.0, **options)
+    found = re.search(r"^--time-limit 4s cannot hold one evaluation of saxpy and its validation: .*"
+                      r"Give --time-limit (\d+)s or more", str(exc.value))
+    assert found, str(exc.value)
+    store = read_store(build / "compileiq" / "results.sqlite")
+    assert store.evaluations("saxpy") == []  # refused before the search
+    store.close()
+    # The limit it names holds an evaluation and its validation.
+    would = float(found.group(1))
+    seconds, log = _tune(build, would, **options)
+    store = read_store(build / "compileiq" / "results.sqlite")
+    assert [r.status for r in store.evaluations("saxpy", phase="validate")] == ["measured"], log
+    assert "saxpy: winner CXX:O=" in log
+    assert seconds <= would + 1.5, log
     store.close()

@@ -18,6 +18,7 @@ from conftest import cxx_evaluator
 
 from compileiq_build.build.space import DEFAULT, Dimension, FlagSpace, config_key
 from compileiq_build.build.trees import BuildTree
+from compileiq_build.decide.clock import Clock
 from compileiq_build.errors import CompileIQError
 from compileiq_build.machine.environment import Gpu
 from compileiq_build.options import TuneOptions
@@ -49,7 +50,7 @@ SPACE = FlagSpace((Dimension("CXX", "O", ("1", "2", "3"), "-O{v}"),
 def test_two_workers_share_the_search_without_repeats(cxx_project, configure, overlap):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 1])
     strategy = Exhaustive()
-    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap)
     rows = store.evaluations("saxpy", phase="search")
     keys = [r.config_key for r in rows]
@@ -74,8 +75,7 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
 
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 2])
-    proposals = Proposals(RandomSearch(3), SPACE, lambda: history(evaluator), budget=3,
-                          halt=lambda: "")
+    proposals = Proposals(RandomSearch(3), SPACE, lambda: history(evaluator), budget=3)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 3
     assert proposals.finished == "budget of 3 evaluations reached"
@@ -86,7 +86,7 @@ def test_a_candidate_being_measured_counts_once_against_the_budget():
     # The store records an evaluation when its measuring begins, while it is still in flight:
     # counted twice, it kept a second GPU idle at the end of a search.
     recorded: list[Trial] = []
-    proposals = Proposals(Exhaustive(), SPACE, lambda: (list(recorded), []), budget=3, halt=lambda: "")
+    proposals = Proposals(Exhaustive(), SPACE, lambda: (list(recorded), []), budget=3)
     first, second = proposals.next(may_wait=False), proposals.next(may_wait=False)
     recorded.append(Trial(first.config, None, False))
     third = proposals.next(may_wait=False)
@@ -95,15 +95,14 @@ def test_a_candidate_being_measured_counts_once_against_the_budget():
     assert proposals.next(may_wait=False) is None  # 1 recorded + 2 in flight: the budget
 
 
-def test_a_halt_leaves_compiled_candidates_unmeasured(cxx_project, configure):
+def test_a_stop_leaves_compiled_candidates_unmeasured(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2])
-    def halt() -> str:  # stop once the first candidate was measured
-        return "stopped by Ctrl-C" if store.evaluations("saxpy", phase="search") else ""
-
-    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=100, halt=halt)
+    # The time is up once the first candidate was measured.
+    clock = Clock(60, now=lambda: 100.0 if store.evaluations("saxpy", phase="search") else 0.0)
+    proposals = Proposals(Exhaustive(), SPACE, lambda: history(evaluator), budget=100, clock=clock)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     assert len(store.evaluations("saxpy", phase="search")) == 1
-    assert proposals.finished == "stopped by Ctrl-C"
+    assert proposals.finished == "time limit reached"
     store.close()
 
 
@@ -174,7 +173,7 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     them, never measured from that tree, and never more than compile_ahead x budget."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
     strategy = ModelGuided()
-    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=3, halt=lambda: "",
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=3,
                           compile_ahead=2)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     ahead = store.evaluations("saxpy", phase=SCOUT)
@@ -232,7 +231,7 @@ def test_a_proposal_its_strategy_turns_down_once_compiled_is_stored_and_not_meas
     (phase scout, the reason with it), runs no benchmark, and counts against the candidate bound:
     of the 7 candidates, in order, the bound of 6 leaves the last (-O3 -funroll-loops) out."""
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
-    proposals = Proposals(_Choosy(), SPACE, lambda: history(evaluator), budget=100, halt=lambda: "",
+    proposals = Proposals(_Choosy(), SPACE, lambda: history(evaluator), budget=100,
                           max_candidates=6)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     searched = store.evaluations("saxpy", phase="search")
@@ -271,7 +270,7 @@ def test_the_configuration_a_proposal_refines_is_stored_and_read_back(cxx_projec
         return propose(context)
 
     strategy.propose = watched
-    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100, halt=lambda: "")
+    proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=100)
     run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
     rows = store.evaluations("saxpy", phase="search")
     assert len(rows) == SPACE.size - 1

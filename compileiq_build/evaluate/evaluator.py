@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from compileiq_build.build.codeinfo import hot_features
 from compileiq_build.build.space import config_key
 from compileiq_build.build.trees import BuildResult
+from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Race, Sampling, race_for
 from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, summarize
 from compileiq_build.errors import CompileIQError
@@ -44,7 +45,7 @@ class Built:
 class Evaluator:
     def __init__(self, target: Target, benchmarks: list[Benchmark], workers: Sequence[Worker],
                  store: Store, session: int, sampling: Sampling, jobs: int | None, report: Notes,
-                 build_timeout: float | None = None) -> None:
+                 build_timeout: float | None = None, clock: Clock | None = None) -> None:
         self.target = target
         self.benchmarks = benchmarks
         self.workers = list(workers)
@@ -54,6 +55,7 @@ class Evaluator:
         self.jobs = jobs
         self.build_timeout = build_timeout
         self.report = report
+        self.clock = clock or Clock()  # the run's: a measurement stops when its time is up
         self.arch_keys = dict(target.arch_keys)
         self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
         if any(not b.executable_target for b in benchmarks):
@@ -117,15 +119,15 @@ class Evaluator:
     def evaluate(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]],
                  strategy: str, phase: str, built: Built, numerics: bool = False,
                  sampling: Sampling | None = None, reduced_from: EvaluationRow | None = None,
-                 proposed_by: str = "", parent: str = "", stop: Callable[[], str] | None = None) -> Outcome:
+                 proposed_by: str = "", parent: str = "") -> Outcome:
         """Measure one compiled candidate on its worker's device, paired with the baseline.
         `reduced_from` (phase minimize): the evaluation of the configuration this one leaves an
         option out of; of the same machine code, it stands for this one.  `proposed_by` and
         `parent` (phase search): the strategy's phase that proposed it and the key of the
-        configuration it refines (Proposal).  `stop`, asked after every pair, says
-        why to stop measuring (the search's time is up) or ""; a candidate stopped so is recorded
-        as interrupted: its pairs stay, it is not counted, and a later run measures it again, as
-        after a kill.  (Ctrl-C lets the evaluation in flight finish.)"""
+        configuration it refines (Proposal).  When the clock's time is up, measuring stops after
+        the run in progress; the candidate is recorded as interrupted: its pairs stay, it is not
+        counted, and a later run measures it again, as after a kill.  (Ctrl-C lets the
+        evaluation in flight finish.)"""
         sampling = sampling or self.sampling
         key = config_key(config)
         parent = reduced_from.config_key if reduced_from else parent
@@ -150,7 +152,7 @@ class Evaluator:
         elif reduced_from is not None and (reaches := summarize(self.store, reduced_from).ratio):
             race = self._race(evaluation, reaches, "the configuration it reduces reaches")
         pairing = Pairing(self.store, self.report, evaluation, built.worker, built.compiled.slot, numerics,
-                          self.baseline.evidence, self._timeout, stop)
+                          self.baseline.evidence, self._timeout, self.clock)
         status, reason = pairing.run(self.benchmarks, sampling, race)
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import (
     RACE_PAIRS,
     Costs,
@@ -34,7 +35,7 @@ from compileiq_build.store.database import INTERRUPTED, INVALID, MEASURED, Store
 
 
 class Stopped(Exception):
-    """The search's time ran out while a candidate was being measured."""
+    """The time ran out while a candidate was being measured."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Pairing:
     numerics: bool  # the candidate may change numerics: outputs match within each TOLERANCE
     evidence: Mapping[str, str | bytes | None]  # workload -> the baseline's checksum or output
     timeout: Callable[[Benchmark], float]  # seconds a run of the benchmark may take
-    stop: Callable[[], str] | None = None  # asked after every pair: why to stop now, or ""
+    clock: Clock | None = None  # asked before every run: why to stop now (the time is up), or ""
 
     def run(self, benchmarks: Sequence[Benchmark], sampling: Sampling, race: Race | None) -> tuple[str, str]:
         """Measure every benchmark (a probe first, when racing several): the status and its reason."""
@@ -92,7 +93,7 @@ class Pairing:
                 earlier: Costs | None = None) -> tuple[str, Costs]:
         """Paired runs until the comparison is decided or precise, or the candidate is raced
         out, continuing the `earlier` pairs (a probe); returns the candidate's error and the
-        paired costs.  Raises Stopped when `stop` says why."""
+        paired costs.  Raises Stopped before a run when the clock says why."""
         costs: dict[str, tuple[list[float], list[float]]] = {
             w: (list(c), list(b)) for w, (c, b) in (earlier or {}).items()}
         first = len(next(iter(costs.values()))[0]) if costs else 0
@@ -105,6 +106,8 @@ class Pairing:
                 runs: dict[str, Run] = {}
                 order = random.Random(f"{self.evaluation}:{bench.index}:{rep}")
                 for role in order.sample(("candidate", "baseline"), 2):
+                    if self.clock is not None and (why := self.clock.why_stop(in_flight=True)):
+                        raise Stopped(why)
                     runs[role] = self.worker.run(self.slot if role == "candidate" else BASELINE_SLOT, bench,
                                                  timeout)
                     runs_done += 1
@@ -116,8 +119,6 @@ class Pairing:
                     return error, costs
                 if sampling_done(costs, rep + 1, sampling, time.monotonic() - start, race):
                     break
-                if self.stop is not None and (why := self.stop()):
-                    raise Stopped(why)
             return "", costs
         finally:
             warn_slowdowns(self.notes, bench, slowed, runs_done)

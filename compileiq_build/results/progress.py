@@ -27,6 +27,7 @@ class _TargetState:
     best: float = 1.0
     measuring: dict[str, float] = field(default_factory=dict)  # key -> when its measurement began
     finished: list[float] = field(default_factory=list)  # when each evaluation of this run ended
+    numbers: dict[int, int] = field(default_factory=dict)  # store row -> its number in the counter
 
     @property
     def current(self) -> str:
@@ -119,14 +120,18 @@ class Reporter:
             if outcome.evaluation.same_as is None:
                 state.done += 1
                 state.finished.append(time.monotonic())
+                state.numbers[outcome.evaluation.id] = state.done
             state.measuring.pop(key, None)
             if not outcome.valid:
                 state.failed += 1
             elif outcome.faster and outcome.ratio:
                 state.best = max(state.best, 1 / outcome.ratio)
             proposed = f"{phase}: " if phase else ""
-            if outcome.evaluation.same_as:  # no evaluation spent: the measurement of the same code
-                proposed += f"(machine code of evaluation {outcome.evaluation.same_as}) "
+            if same_as := outcome.evaluation.same_as:  # no evaluation spent: that of the same code
+                # Named by the counter's number, not the store's row.
+                number = state.numbers.get(same_as)
+                proposed += (f"(machine code of evaluation {number}) " if number
+                             else "(machine code measured in an earlier run) ")
             line = (f"[{target} {state.done}/{state.budget}, best {state.best:.3f}x, "
                     f"{state.failed} failed, ETA {self.eta()}] {proposed}{key}: {describe(outcome)}")
         self._print(line)

@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from compileiq_build.build.space import Config, FlagSpace, config_key
+from compileiq_build.decide.clock import Clock
 from compileiq_build.evaluate.evaluator import Built, Evaluator
 from compileiq_build.results.progress import Reporter
 from compileiq_build.run.worker import Worker
@@ -54,8 +55,8 @@ class Proposals:
 
     def __init__(self, strategy: Strategy, space: FlagSpace,
                  history: Callable[[], tuple[list[Trial], list[Candidate]]], budget: int,
-                 halt: Callable[[], str], baseline_code: str = "", max_candidates: int | None = None,
-                 compile_ahead: int = 0, out_of_time: Callable[[], str] = lambda: "",
+                 baseline_code: str = "", max_candidates: int | None = None,
+                 compile_ahead: int = 0, clock: Clock | None = None,
                  baseline_features: Mapping[str, float] | None = None, closed: bool = False) -> None:
         self.strategy = strategy
         self.closed = closed  # the strategy chooses among the known candidates only (a replay's table)
@@ -64,9 +65,7 @@ class Proposals:
         self.history = history  # the search so far, from the store: trials, and the compiled candidates
         self.budget = budget
         self.max_candidates = max_candidates or CANDIDATES_PER_EVALUATION * budget
-        self.halt = halt  # why to stop now (interrupted, out of time), or ""
-        # Why to stop even a measurement in progress (its time is up; Ctrl-C lets it finish).
-        self.out_of_time = out_of_time
+        self.clock = clock or Clock()  # why to stop now (Ctrl-C, out of time), or ""
         self.baseline_code = baseline_code
         self.in_flight: dict[str, tuple[Proposal, str]] = {}  # key -> (proposal, code once compiled)
         self.finished = ""  # why the search ended, once it has
@@ -96,7 +95,7 @@ class Proposals:
         workers' results when the strategy needs them to propose more."""
         with self._cond:
             while not self.finished:
-                if why := self.halt():
+                if why := self.clock.why_stop():
                     self._finish(why)
                     break
                 context = self.context()
@@ -138,7 +137,7 @@ class Proposals:
         """The next configuration to compile ahead, or None (no `scout`, nothing to name, done)."""
         strategy = self.strategy
         with self._cond:
-            if (not isinstance(strategy, Scouting) or self.finished or self.halt()
+            if (not isinstance(strategy, Scouting) or self.finished or self.clock.why_stop()
                     or len(self.ahead) >= self.ahead_limit):
                 return None
             context = self.context()
@@ -224,7 +223,7 @@ def drive(strategy: Strategy, space: FlagSpace, budget: int, compile: Callable[[
             pool[config_key(space.full_config(candidate.config))] = candidate
 
     proposals = Proposals(strategy, space, lambda: (list(trials), list(pool.values())), budget,
-                          halt=lambda: "", baseline_code=baseline_code, max_candidates=max_candidates,
+                          baseline_code=baseline_code, max_candidates=max_candidates,
                           compile_ahead=compile_ahead, baseline_features=baseline_features, closed=closed)
     while True:
         spent = proposals.context().spent
@@ -318,7 +317,8 @@ class _Search:
                     wait([future for _, future in pending])
                 proposal, future = pending.popleft()
                 try:
-                    if self.proposals.finished or self.proposals.halt():
+                    if why := self.proposals.finished or self.proposals.clock.why_stop():
+                        self.proposals.abort(why)  # the search ends saying why, whichever slot sees it
                         continue  # stopping: compiled but not measured, nothing is recorded
                     free.append(self._measure(proposal, future.result()))
                 finally:
@@ -350,8 +350,7 @@ class _Search:
         self.report.evaluating(name, done, config_key(config), best)
         outcome = evaluator.evaluate(config, space.flags(config), self.strategy.name, "search", built,
                                      numerics=space.changes_numerics(config),
-                                     proposed_by=proposal.phase, parent=proposal.parent,
-                                     stop=self.proposals.out_of_time)
+                                     proposed_by=proposal.phase, parent=proposal.parent)
         if outcome.evaluation.status == INTERRUPTED:
             self.report.note(f"{name}: {config_key(config)}: {outcome.error}; not counted "
                              "(the same command resumes the search and measures it again)")

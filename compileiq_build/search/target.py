@@ -2,7 +2,7 @@
 
 `target_space` builds the space the compilers accept and narrows it to --dimensions;
 `search_target` starts the strategy (warm-started from other targets' searches, steered by the
-prior when it knows the space) and runs the search loop (pipeline.py) until the budget, the
+prior when it knows the space) and runs the search loop (loop.py) until the budget, the
 strategy, the time or Ctrl-C ends it; `predicted` is what the prior said of the winner.
 """
 
@@ -61,10 +61,9 @@ def _only(space: FlagSpace, names: Sequence[str], target: Target) -> FlagSpace:
 
 
 def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
-                  load_prior: Callable[[], Prior | None], halt: Callable[[], str],
-                  out_of_time: Callable[[], str], report: Reporter) -> Proposals:
-    """Run the target's search; `halt` says why to stop proposing, `out_of_time` why to stop
-    even a measurement in progress.  Returns the proposals, which say how the search ended."""
+                  load_prior: Callable[[], Prior | None], report: Reporter) -> Proposals:
+    """Run the target's search until the budget, the strategy or the evaluator's clock (time,
+    Ctrl-C) ends it.  Returns the proposals, which say how the search ended."""
     name = evaluator.target.name
     warm = transfer(evaluator)
     model = options.strategy == "model"
@@ -80,9 +79,9 @@ def search_target(evaluator: Evaluator, space: FlagSpace, options: TuneOptions,
             "none: it could not be loaded (see the warning)")
         report.note(f"{name}: prior {used}")
         evaluator.store.update_session(evaluator.session, "prior_used", {name: used})
-    proposals = Proposals(strategy, space, lambda: history(evaluator), options.budget, halt,
+    proposals = Proposals(strategy, space, lambda: history(evaluator), options.budget,
                           evaluator.baseline.digest, options.max_candidates,
-                          options.compile_ahead, out_of_time, evaluator.baseline_features)
+                          options.compile_ahead, evaluator.clock, evaluator.baseline_features)
     # CPU benchmarks are measured only once the compilers are done: they share the cores.
     run_search(evaluator, evaluator.workers, proposals, report, overlap="CUDA" in evaluator.target.languages)
     return proposals

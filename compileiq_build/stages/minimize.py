@@ -14,19 +14,18 @@ was left out and why, and a resumed run repeats no step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from compileiq_build.build.space import DEFAULT, FlagSpace, config_key
 from compileiq_build.decide.racing import Sampling
 from compileiq_build.decide.selection import Outcome, Winner, decide, holds_without, outcomes
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
-from compileiq_build.store.database import Store
+from compileiq_build.store.database import INTERRUPTED
 
 
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,
-             halt: Callable[[], bool], report: Notes) -> None:
-    """Minimizing steps from the validated measurement `check`, until no option can go or `halt`."""
+             report: Notes) -> None:
+    """Minimizing steps from the validated measurement `check`, until no option can go or the
+    evaluator's clock stops them (a step whose build the time left cannot hold is not begun)."""
     name, arch = evaluator.target.name, evaluator.arch_keys
     taken = {(o.evaluation.parent, o.evaluation.config_key): o
              for o in outcomes(evaluator.store, name, arch, "minimize")}
@@ -41,7 +40,7 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
             for dim, reduced in ((d, reduced_by[d.key]) for d in options if d.key in reduced_by):
                 step = taken.get((current.evaluation.config_key, config_key(reduced)))
                 if step is None:
-                    if halt():
+                    if evaluator.clock.why_stop(need=current.evaluation.build_seconds or 0.0):
                         return
                     report.phase(f"minimizing {name}: without {dim.key}={config[dim.key]}"
                                  + ("" if measure else " (compiling)"))
@@ -54,6 +53,8 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
                     step = evaluator.evaluate(reduced, flags, "minimize", "minimize", built,
                                               numerics=space.changes_numerics(reduced), sampling=sampling,
                                               reduced_from=current.evaluation)
+                    if step.evaluation.status == INTERRUPTED:
+                        return  # the time ran out while measuring it
                     taken[(current.evaluation.config_key, step.evaluation.config_key)] = step
                 if holds_without(step, current):
                     found = step
@@ -65,13 +66,13 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
         current = found
 
 
-def minimize_winner(evaluator: Evaluator, store: Store, space: FlagSpace, winner: Winner,
-                    sampling: Sampling, halt: Callable[[], bool], report: Notes) -> Winner:
+def minimize_winner(evaluator: Evaluator, space: FlagSpace, winner: Winner, sampling: Sampling,
+                    report: Notes) -> Winner:
     """The validated winner less the options it can do without, as time allows."""
-    name, arch = evaluator.target.name, evaluator.arch_keys
+    store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
     check = next(o for o in reversed(outcomes(store, name, arch, "validate"))
                  if o.evaluation.config_key == winner.validated and o.faster)
-    minimize(evaluator, space, check, sampling, halt, report)
+    minimize(evaluator, space, check, sampling, report)
     decision = decide(store, name, arch)
     assert isinstance(decision, Winner)  # minimizing adds no search or validation result
     return decision

@@ -3,7 +3,8 @@
 project -> space -> search <-> evaluate -> select -> toolchain; every sample
 goes to the store the moment it is taken, so a killed run loses at most the
 sample in flight and the next run resumes from the store.  The Tuner orders the
-stages (each a module of its own) and keeps the run's clock: --time-limit and Ctrl-C.
+stages (each a module of its own) and makes the run's clock (decide/clock.py: --time-limit,
+each target's share, Ctrl-C), which it hands down with the evaluator.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import datetime
 import shutil
 import signal
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compileiq_build.build.space import FlagSpace
+from compileiq_build.decide.clock import Clock, StepTimes
 from compileiq_build.decide.racing import Sampling
 from compileiq_build.decide.selection import NoWinner, Winner, decisions, merged
 from compileiq_build.errors import CompileIQError, Interrupted
@@ -45,13 +45,15 @@ from compileiq_build.run.launch import (
     start_workers,
 )
 from compileiq_build.run.worker import LocalWorker, Worker, local_workers
-from compileiq_build.search.prior import Prior
+from compileiq_build.search.prior import Prior, for_space
 from compileiq_build.search.prior import load as load_prior
 from compileiq_build.search.target import predicted, search_notes, search_target, target_space
 from compileiq_build.stages.minimize import minimize_winner
 from compileiq_build.stages.profiling import profile_baseline, profile_groups
-from compileiq_build.stages.validate import validate, validation_reserve
+from compileiq_build.stages.validate import validate
 from compileiq_build.store.database import Store, exclusive_store
+
+WINNER_OPTIONS = 6  # options a winner sets, about: minimizing builds it without each once
 
 
 @dataclass
@@ -112,22 +114,21 @@ def _numerics_checks(target: str, benches: Sequence[Benchmark]) -> list[str]:
 
 
 @contextmanager
-def _stop_on_ctrl_c(report: Reporter) -> Iterator[dict[str, bool]]:
+def _stop_on_ctrl_c(report: Reporter, clock: Clock) -> Iterator[None]:
     """First Ctrl-C: finish the evaluation in flight, then stop.  Second: stop at once."""
-    state = {"stop": False}
 
     def handler(signum: int, frame: object) -> None:
-        if state["stop"]:
+        if clock.interrupted:
             raise KeyboardInterrupt
-        state["stop"] = True
+        clock.interrupt()
         report.note("Ctrl-C: stopping after the evaluation in flight (Ctrl-C again stops at once)")
 
     if threading.current_thread() is not threading.main_thread():
-        yield state
+        yield
         return
     old = signal.signal(signal.SIGINT, handler)
     try:
-        yield state
+        yield
     finally:
         signal.signal(signal.SIGINT, old)
 
@@ -140,33 +141,15 @@ class Tuner:
         self.project = load_project(self.build_dir)
         self.gpus = environment.detect_gpus()
         self.workspace = Workspace(self.build_dir)
-        self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
-        self.interrupt = {"stop": False}
+        self.clock = Clock(options.time_limit)  # starts now: the whole run counts
         self.shared_gpu: list[dict[str, object]] = []  # other processes on the GPUs measured
         self._prior: Prior | bool | None = False  # loaded on first use (False: not yet)
 
-    def check_interrupt(self) -> None:
-        if self.interrupt["stop"]:
+    def _stop_if_interrupted(self) -> None:
+        """Between stages: a Ctrl-C that stopped the last one ends the run (exit 130)."""
+        if self.clock.interrupted:
             raise Interrupted("stopped; every finished measurement is in the store. "
                               "Run the same command again to resume.")
-
-    def out_of_time(self, reserve: float = 0.0, deadline: float | None = None) -> bool:
-        """Past the deadline (the run's, unless another is given), or within `reserve` seconds of it."""
-        end = self.deadline if deadline is None else deadline
-        return end is not None and time.monotonic() > end - reserve
-
-    def _share_of_time(self, targets_left: int) -> float | None:
-        """The deadline of the next target's search: an equal share of the time left, so that the
-        first target cannot take the time of those after it (what it leaves goes to the next)."""
-        if self.deadline is None:
-            return None
-        now = time.monotonic()
-        return now + max(0.0, self.deadline - now) / targets_left
-
-    def _validation_reserve(self, evaluator: Evaluator) -> float:
-        """Seconds the search leaves for validating and minimizing its best candidate so far
-        (validate.py), so that the run ends within --time-limit; none without one."""
-        return 0.0 if self.deadline is None else validation_reserve(evaluator)
 
     def run(self, command: str) -> TuneResult:
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
@@ -179,7 +162,7 @@ class Tuner:
         with exclusive_store(self.build_dir, self.options.fresh) as store:
             try:
                 self.report.start([t.name for t in targets], self.options.budget)
-                with _stop_on_ctrl_c(self.report) as self.interrupt:
+                with _stop_on_ctrl_c(self.report, self.clock):
                     return self._run(targets, store, command)
             finally:
                 self.report.stop()
@@ -231,7 +214,7 @@ class Tuner:
         result = TuneResult()
         for i, target in enumerate(targets):
             decision = self._tune_target(target, workers, tree_project, arch, store, session,
-                                         len(targets) - i)
+                                         len(targets) - i, first=i == 0)
             if isinstance(decision, Winner):
                 result.winners.append(decision)
             else:
@@ -249,30 +232,45 @@ class Tuner:
         return result
 
     def _tune_target(self, target: Target, workers: Sequence[Worker], tree_project: Project, arch: str,
-                     store: Store, session: int, targets_left: int) -> Winner | NoWinner:
-        """Baseline, profile, search, validation and minimizing of one target: its decision."""
+                     store: Store, session: int, targets_left: int, first: bool) -> Winner | NoWinner:
+        """Baseline, profile, search, validation and minimizing of one target, in its share of the
+        time left: its decision."""
+        self.clock.share(targets_left)
         # CPU benchmarks on several workers at once would disturb each other: one for them.
         active = workers if "CUDA" in target.languages else workers[:1]
         evaluator = Evaluator(
             target=tree_project.target(target.name), benchmarks=tree_project.benchmarks_for(target.name),
             workers=active, store=store, session=session, sampling=Sampling.of(self.options),
             jobs=None if self.options.ray else ninja_jobs(sum(w.slots for w in workers)),
-            report=self.report, build_timeout=self.options.build_timeout)
+            report=self.report, build_timeout=self.options.build_timeout, clock=self.clock)
         evaluator.prepare_baseline()
         if "CUDA" in target.languages and self.options.profile and isinstance(active[0], LocalWorker):
             profile_baseline(evaluator, active[0], tree_project, session, self.report)
         space = target_space(target, tree_project, arch, self.options, self.workspace.probe, self.report)
         self.report.note(f"{target.name}: {len(space.dimensions)} dimensions, "
                          f"{space.size} configurations; strategy {self.options.strategy}")
-        self._search(evaluator, space, targets_left)
+        # Read before the time is planned (seconds, once): the report's prediction of the winner
+        # reads it, and only where the prior knows the space's options and the code's features.
+        prior = self.prior() if for_space(space) and evaluator.baseline_features else None
+        times = StepTimes(evaluator.baseline.build_s, 2 * sum(evaluator.baseline.wall.values()),
+                          Sampling.of(self.options).min_pairs)
+        if plan := self.clock.plan(target.name, times, min(len(space.dimensions), WINNER_OPTIONS),
+                                   refuse=first):
+            self.report.note(plan)
+        proposals = search_target(evaluator, space, self.options, self.prior, self.report)
+        self._stop_if_interrupted()
+        search_notes(evaluator, proposals, self.report)
+        self.clock.keep(0.0)  # validation and minimizing run to the end of the share
         if evaluator.dedup_hits:
             self.report.note(f"{target.name}: {evaluator.dedup_hits} candidates had the machine code "
                              "of one measured before and reused its measurement")
-        decision, remeasured = self._validate(evaluator, store, space)
+        twice = Sampling.of(self.options).scaled(2)
+        decision, remeasured = validate(evaluator, space, twice, self.report)
+        self._stop_if_interrupted()
         if isinstance(decision, Winner):
-            decision = minimize_winner(evaluator, store, space, decision, Sampling.of(self.options).scaled(2),
-                                       self._halt_minimizing, self.report)
-            if guess := predicted(self.prior(), evaluator, space, decision):
+            decision = minimize_winner(evaluator, space, decision, twice, self.report)
+            self._stop_if_interrupted()
+            if guess := predicted(prior, evaluator, space, decision):
                 store.update_session(session, "predicted", {target.name: guess})
         self.report.note(decision_note(decision, remeasured))
         return decision
@@ -290,36 +288,6 @@ class Tuner:
             self._prior = load_prior(path, lambda text: self.report.note(f"warning: {text}")) \
                 if self.options.prior else None
         return self._prior if isinstance(self._prior, Prior) else None
-
-    def _search(self, evaluator: Evaluator, space: FlagSpace, targets_left: int) -> None:
-        until = self._share_of_time(targets_left)
-
-        def out_of_time() -> str:
-            reserve = self._validation_reserve(evaluator)
-            if not self.out_of_time(reserve, until):
-                return ""
-            kept = (f" ({reserve:.0f} s kept to validate and minimize the best candidate)"
-                    if reserve >= 1 else "")
-            if targets_left > 1:
-                return f"its share of the time limit is used ({targets_left} targets were left){kept}"
-            return f"time limit reached{kept}"
-
-        def halt() -> str:
-            return "stopped by Ctrl-C" if self.interrupt["stop"] else out_of_time()
-
-        proposals = search_target(evaluator, space, self.options, self.prior, halt, out_of_time, self.report)
-        self.check_interrupt()
-        search_notes(evaluator, proposals, self.report)
-
-    def _validate(self, evaluator: Evaluator, store: Store,
-                  space: FlagSpace) -> tuple[Winner | NoWinner, list[str]]:
-        """Validation (validate.py) with twice the runs, within the time limit."""
-        return validate(evaluator, store, space, Sampling.of(self.options).scaled(2), self.check_interrupt,
-                        self.out_of_time, self.report)
-
-    def _halt_minimizing(self) -> bool:
-        self.check_interrupt()
-        return self.out_of_time()
 
     def _environment(self) -> dict[str, object]:
         compilers = {lang: f"{c.id} {c.version}" for lang, c in self.project.compilers.items()}

@@ -1,0 +1,115 @@
+"""The run's clock: --time-limit, each target's share of it, the time kept for validating and
+minimizing, and Ctrl-C.
+
+`tune` makes one Clock and hands it down with the evaluator: the search loop asks it before each
+proposal, the paired runs after each benchmark run, validation and minimizing before each step.
+Each asks `why_stop()`; nothing calls back up into tune.  Each target has an equal share of the
+time left (what one leaves goes to the next); its search stops early enough to keep what
+validating and minimizing take, estimated from the baseline's measured times (`plan`), at most
+a quarter of the share (or one validation, where a quarter cannot hold it): the search is not
+starved.  After the search, validation and minimizing run to the share's end, and a
+measurement the end reaches stops after the benchmark run in progress.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from compileiq_build.decide.selection import FINALISTS
+from compileiq_build.errors import CompileIQError
+
+RESERVE_SHARE = 0.25  # of a target's share, at most kept from its search (unless one validation needs more)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What a target's steps take, measured on its baseline."""
+
+    build_s: float  # building a candidate
+    pair_s: float  # a candidate run and a baseline run of every benchmark
+    pairs: int  # pairs of a search evaluation at least; validation measures twice as many
+
+    @property
+    def evaluation(self) -> float:
+        return self.build_s + self.pairs * self.pair_s
+
+    @property
+    def validation(self) -> float:
+        return self.build_s + 2 * self.pairs * self.pair_s
+
+
+class Clock:
+    """When to stop: the share's end less the search's reserve, and Ctrl-C."""
+
+    def __init__(self, limit: float | None = None, now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self.limit = limit
+        self.deadline = now() + limit if limit else None
+        self.end = self.deadline  # of the current target's share
+        self.share_s = limit  # the current share's length
+        self.targets_left = 1
+        self.reserve = 0.0  # seconds the search leaves before `end` for validating and minimizing
+        self.interrupted = False  # Ctrl-C
+
+    def share(self, targets_left: int) -> None:
+        """The next target's share: an equal part of the time left; no reserve yet."""
+        self.targets_left, self.reserve = targets_left, 0.0
+        if self.deadline is not None:
+            now = self.now()
+            self.share_s = max(0.0, self.deadline - now) / targets_left
+            self.end = now + self.share_s
+
+    def plan(self, target: str, times: StepTimes, compiles: int, refuse: bool) -> str:
+        """Keep what validating FINALISTS candidates and `compiles` builds of minimizing take
+        (`keep`); with `refuse`, a share that cannot hold one evaluation and its validation is a
+        CompileIQError with the limit that would.  Returns the log line ('' without a limit)."""
+        if self.end is None or self.deadline is None or self.share_s is None or self.limit is None:
+            return ""
+        now = self.now()
+        if refuse and self.end - now < times.evaluation + times.validation:
+            spent = self.limit - (self.deadline - now)
+            would = spent + self.targets_left * (times.evaluation + times.validation)
+            raise CompileIQError(
+                f"--time-limit {self.limit:.0f}s cannot hold one evaluation of {target} and its "
+                f"validation: a build takes {times.build_s:.1f} s and a pair of runs (candidate and "
+                f"baseline) {times.pair_s:.1f} s, so {times.pairs} pairs and validating with "
+                f"{2 * times.pairs} take {times.evaluation + times.validation:.0f} s"
+                + (f" for each of {self.targets_left} targets" if self.targets_left > 1 else "")
+                + f", and {spent:.0f} s are spent already. Give --time-limit "
+                f"{10 * math.ceil(would / 10):.0f}s or more, or fewer --repeats.")
+        need = FINALISTS * times.validation + compiles * times.build_s
+        cap = max(RESERVE_SHARE * self.share_s, times.validation)
+        self.keep(min(need, cap))
+        return (f"{target}: the search keeps {self.reserve:.0f} s of its {self.share_s:.0f} s to validate "
+                f"and minimize ({FINALISTS} validations of a build and {2 * times.pairs} pairs of "
+                f"{times.pair_s:.1f} s, {compiles} builds of {times.build_s:.1f} s"
+                + (", at most a quarter of the share)" if need > cap else ")"))
+
+    def keep(self, seconds: float) -> None:
+        """The search stops `seconds` before the share's end (0: validation and minimizing run to it)."""
+        self.reserve = seconds
+
+    def remaining(self) -> float | None:
+        """Seconds until the share's end less the reserve; None without a time limit."""
+        return None if self.end is None else self.end - self.reserve - self.now()
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+
+    def why_stop(self, need: float = 0.0, in_flight: bool = False) -> str:
+        """Why to stop now, or "": Ctrl-C (unless `in_flight`: a measurement in progress
+        finishes), or the time (of the share less the reserve) used up, or shorter than `need`
+        seconds (a step that would not end in time)."""
+        if self.interrupted and not in_flight:
+            return "stopped by Ctrl-C"
+        left = self.remaining()
+        if left is None or left > need:
+            return ""
+        kept = (f" ({self.reserve:.0f} s kept to validate and minimize the best candidate)"
+                if self.reserve >= 1 else "")
+        if self.targets_left > 1:
+            return f"its share of the time limit is used ({self.targets_left} targets were left){kept}"
+        return f"time limit reached{kept}"
