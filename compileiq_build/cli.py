@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -33,16 +34,45 @@ def _parser() -> argparse.ArgumentParser:
 _Verbs: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+class _Words(argparse.Action):
+    """A list option (--targets, --dimensions): words separated by spaces or commas, the option
+    repeatable.  Each occurrence's words are kept, so that a BUILD_DIR written after them (which
+    argparse hands to the list) can be taken back (`_build_dir_after_words`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        given = [str(v) for v in (values if isinstance(values, list) else [values])]
+        words = [w for v in given for w in v.split(",") if w]
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or ()), *words])
+        namespace._word_groups = [*getattr(namespace, "_word_groups", []), (self.dest, given)]
+
+
+def _build_dir_after_words(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`tune --targets a b BUILD_DIR`: the list took the folder; the last word of the last list
+    of two words or more is BUILD_DIR."""
+    if args.verb not in ("tune", "profile", "check") or args.build_dir is not None:
+        return
+    groups = [g for g in getattr(args, "_word_groups", []) if len(g[1]) > 1]
+    if not groups:
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        verbs.choices[args.verb].error("the following arguments are required: BUILD_DIR")
+    dest, words = groups[-1]
+    values = getattr(args, dest)
+    taken = words[-1]
+    setattr(args, dest, values[:len(values) - len([w for w in taken.split(",") if w])])
+    args.build_dir = Path(taken)
+
+
 def _tune_parser(verbs: _Verbs) -> None:
     t = verbs.add_parser("tune", help="search, measure, validate and write the toolchain file")
-    t.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    t.add_argument("build_dir", type=Path, metavar="BUILD_DIR", nargs="?")
     _tune_arguments(t)
 
 
 def _profile_parser(verbs: _Verbs) -> None:
     pr = verbs.add_parser("profile", help="where the benchmarks' GPU time goes (ncu), and the "
                           "groups of sources that suggests")
-    pr.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    pr.add_argument("build_dir", type=Path, metavar="BUILD_DIR", nargs="?")
     options = _option_fields("targets", "gpus", "allow_shared_gpu")
     _option_argument(pr, options["targets"], help="only these CUDA targets or groups")
     _option_argument(pr, options["gpus"], help="profile on the first of these GPUs")
@@ -87,7 +117,7 @@ def _check_parser(verbs: _Verbs) -> None:
     c = verbs.add_parser("check", help="do the committed toolchain file's flags still beat the project's "
                          "own? (exit 0: yes; 1: one loses or fails; 3: a tuned code changed since; "
                          "4: the time limit came first; for a nightly CI job)")
-    c.add_argument("build_dir", type=Path, metavar="BUILD_DIR")
+    c.add_argument("build_dir", type=Path, metavar="BUILD_DIR", nargs="?")
     c.add_argument("--toolchain", type=Path, metavar="FILE", help="the toolchain file to check (default: "
                    "compileiq-toolchain.cmake in the project's source folder)")
     options = _option_fields("targets", "time_limit", "repeats", "max_repeats", "precision", "gpus",
@@ -154,6 +184,8 @@ def _option_argument(p: argparse.ArgumentParser, f: Field[Any], defaults: Mappin
     kwargs = {key: meta[key] for key in ("type", "metavar", "nargs", "choices") if key in meta}
     if isinstance(default, bool):
         kwargs["action"] = "store_false" if default else "store_true"
+    if meta.get("nargs") == "+":
+        kwargs["action"] = _Words
     target.add_argument(meta["flag"], dest=f.name, default=default, help=help or meta["help"], **kwargs)
 
 
@@ -310,9 +342,25 @@ _VERBS: dict[str, Callable[[argparse.Namespace, str], int]] = {
     "emit": _emit, "check": _check, "space": _space, "doctor": _doctor}
 
 
+def _negative_values(argv: Sequence[str]) -> list[str]:
+    """`--time-limit -5m` as `--time-limit=-5m`: argparse takes a word starting with '-' that is
+    not a plain number for an option, and says only 'expected one argument'; the option's own
+    check then says what is wrong with the value."""
+    valued = {f.metadata["flag"] for f in fields(TuneOptions) if "type" in f.metadata}
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1] in valued and re.match(r"-[0-9.]", word):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(_negative_values(argv))
+    _build_dir_after_words(parser, args)
     try:
         return _run(args, argv)
     except CompileIQError as exc:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from compileiq_build.errors import CompileIQError
+
 # --help lists the options in these groups, in this order: the search, where it builds and
 # measures, how it measures, and what the search starts from.
 GROUPS = ("search", "where", "measuring", "start")
@@ -194,3 +196,10 @@ class TuneOptions:
         negation=("--resume", "continue the search stored in this build folder, as tune does "
                   "without the flag: what was measured is not measured again and counts against "
                   "--budget; an evaluation cut short is measured afresh")))
+
+    def __post_init__(self) -> None:
+        # Flags that contradict each other: said before anything is built.
+        if self.max_repeats < self.repeats:
+            raise CompileIQError(f"--max-repeats {self.max_repeats} is below --repeats {self.repeats}: "
+                                 "--repeats is the least number of paired runs, --max-repeats the most. "
+                                 f"Raise --max-repeats to {self.repeats} or more, or lower --repeats.")

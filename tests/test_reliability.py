@@ -101,7 +101,7 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight(cxx_project, configure):
 
 @pytest.mark.parametrize("fault,status,reason", [
     ("compile", "build_failed", "this candidate does not compile"),
-    ("crash", "invalid", "exit code -6"),
+    ("crash", "invalid", "killed by SIGABRT (signal 6)"),
     ("hang", "invalid", "timed out after 3 s"),
     ("garbage", "invalid", "matched nothing in the output; output ends: time_ms: banana"),
     ("wrong", "invalid", "check: FAILED result 41, expected 42"),

@@ -65,7 +65,8 @@ def test_no_winner_says_whether_candidates_await_validation(tmp_path):
     store = _store(tmp_path / "r.sqlite", {"a": 0.8, "b": 0.9, "slow": 1.1}, {"a": 1.0})
     decision = decide(store, "saxpy", ARCH)
     assert isinstance(decision, NoWinner) and decision.pending == ("b",)
-    assert "1 candidates were faster in the search but are not validated yet (3 measured)" in decision.reason
+    assert ("1 candidates faster in the search did not hold up when re-measured (a); 1 more were faster in "
+            "the search and are not validated yet (3 measured)") in decision.reason
     _evaluate(store, 1, "b", "validate", 1.0)
     decision = decide(store, "saxpy", ARCH)
     assert decision.pending == ()

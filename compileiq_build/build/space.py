@@ -217,15 +217,15 @@ def dimensions_for(language: str) -> list[Dimension]:
 
 
 def build_space(languages: Iterable[str], compilers: Mapping[str, tuple[str, str]],
-                prober: Prober, allow_numerics_change: bool = False,
+                prober: Prober | None, allow_numerics_change: bool = False,
                 max_stage: int = 3, allow_host_specific: bool = False) -> FlagSpace:
-    """Probe every value of every dimension; keep what the compiler accepts."""
+    """Probe every value of every dimension; keep what the compiler accepts (without a
+    prober: every value, the space's names before anything is compiled)."""
     kept: list[Dimension] = []
     rejected: list[Rejected] = []
     excluded: list[str] = []
     excluded_host: list[str] = []
     for language in languages:
-        compiler, version = compilers[language]
         dims = [d for d in dimensions_for(language) if d.stage <= max_stage]
         numerics = [d for d in dims if d.numerics]
         if not allow_numerics_change:
@@ -234,8 +234,8 @@ def build_space(languages: Iterable[str], compilers: Mapping[str, tuple[str, str
         if not allow_host_specific:
             excluded_host += [d.key for d in dims if d.host_specific]
             dims = [d for d in dims if not d.host_specific]
-        verdicts = prober.probe(language, compiler, version,
-                                (d.template.format(v=v) for d in dims for v in d.values))
+        verdicts = prober.probe(language, *compilers[language],
+                                (d.template.format(v=v) for d in dims for v in d.values)) if prober else {}
         for dim in dims:
             good = []
             for value in dim.values:

@@ -189,7 +189,14 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
             return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
                           tuple(pending), tuple(dropped), row.config_key,
                           shipped.evaluation.same_as or shipped.evaluation.id, unchecked)
-    if pending:
+    failed = [f.evaluation.config_key for f in ranked if f.evaluation.config_key in checks]
+    if pending and failed:
+        # Not a contradiction of the notes that said so: those that failed, then the others.
+        reason = (f"{len(failed)} candidates faster in the search did not hold up when re-measured "
+                  f"({', '.join(failed)}); {len(pending)} more were faster in the search and are not "
+                  f"validated yet ({len(searched)} measured): run tune again to re-measure the next "
+                  f"{min(FINALISTS, len(pending))}")
+    elif pending:
         reason = (f"{len(pending)} candidates were faster in the search but are not validated yet "
                   f"({len(searched)} measured); run tune again to re-measure them")
     elif ranked:

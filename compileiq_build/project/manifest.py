@@ -345,7 +345,8 @@ def load_project(build_dir: Path) -> Project:
     if not (build_dir / "CMakeCache.txt").is_file():
         raise CompileIQError(
             f"{build_dir} is not a configured CMake build folder (no CMakeCache.txt). "
-            f"Configure it: cmake -S <source> -B {build_dir} -G Ninja"
+            f"Configure it: cmake -S <source> -B {build_dir} -G Ninja "
+            "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)"
         )
     manifest = workspace.manifest
     if not manifest.is_file() and workspace.config_manifests:

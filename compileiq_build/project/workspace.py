@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from compileiq_build.errors import CompileIQError
+
 
 @dataclass(frozen=True)
 class Workspace:
@@ -41,6 +43,23 @@ class Workspace:
     def check_store(self) -> Path:
         """`check`'s measurements, apart from tune's: they decide nothing about what ships."""
         return self.root / "check.sqlite"
+
+    def check_writable(self) -> None:
+        """`tune` writes its store, lock and build trees under the build folder."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / ".write-probe"
+            probe.write_text("", encoding="utf-8")
+            probe.unlink()
+        except OSError as exc:
+            raise self.unwritable(exc) from None
+
+    def unwritable(self, exc: OSError) -> CompileIQError:
+        return CompileIQError(
+            f"cannot write in {self.root}: {exc.strerror or exc}. tune keeps its results, its lock and "
+            "its build trees in the build folder: make it writable, or configure another build "
+            f"folder where you can write (cmake -S <source> -B <new build folder> -G Ninja "
+            "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)) and tune that one.")
 
     @property
     def lock(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -50,6 +51,17 @@ class Run:
 
 def cost_of(bench: Benchmark, value: float) -> float:
     return 1.0 / value if bench.higher_is_better else value
+
+
+def exit_text(code: int) -> str:
+    """'exit code 3', or 'killed by SIGSEGV (signal 11)' for a negative code."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "a signal"
+    return f"killed by {name} (signal {-code})"
 
 
 def _tail(text: str) -> str:
@@ -135,7 +147,8 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[s
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             detail = _tail(proc.stderr) or _tail(proc.stdout)
-            return failed(f"exit code {proc.returncode}: {detail}", wall, proc.returncode, state)
+            ended = f"output ends: {detail}" if detail else "it printed nothing"
+            return failed(f"{exit_text(proc.returncode)}; {ended}", wall, proc.returncode, state)
         try:
             readings = _readings(bench, proc.stdout, wall, workdir, scratch)
             evidence = _evidence(bench, proc.stdout, workdir)

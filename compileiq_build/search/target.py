@@ -43,6 +43,17 @@ def target_space(target: Target, tree_project: Project, arch: str, options: Tune
     return space
 
 
+def check_dimensions(targets: Sequence[Target], options: TuneOptions) -> None:
+    """Before anything is built: each name of --dimensions is in each chosen target's space as
+    the options allow it (the compilers' probes, later, may still drop one)."""
+    if not options.dimensions:
+        return
+    for target in targets:
+        catalog = build_space(target.languages, {}, None, options.allow_numerics_change,
+                              options.max_stage, options.allow_host_specific)
+        _only(catalog, options.dimensions, target)
+
+
 def _only(space: FlagSpace, names: Sequence[str], target: Target) -> FlagSpace:
     """The space of the dimensions --dimensions names, each known to it."""
     known = {d.name for d in space.dimensions} | {d.key for d in space.dimensions}
@@ -53,9 +64,14 @@ def _only(space: FlagSpace, names: Sequence[str], target: Target) -> FlagSpace:
         raise CompileIQError(f"--dimensions names {', '.join(host)}, whose flags make binaries "
                              "that run only on CPUs like this one; add --allow-host-specific "
                              "to tune it.")
+    numerics = [n for n in unknown if n in {m for k in space.excluded_numerics for m in (k, k.split(":")[1])}]
+    if numerics:
+        raise CompileIQError(f"--dimensions names {', '.join(numerics)}, which changes floating-point "
+                             "results; add --allow-numerics-change to tune it.")
     if unknown:
         raise CompileIQError(f"--dimensions names {', '.join(unknown)}, not in the space of "
-                             f"{target.name}: {', '.join(sorted(d.name for d in space.dimensions))}")
+                             f"{target.name}: {', '.join(sorted(d.name for d in space.dimensions))} "
+                             "(`python -m compileiq_build space` lists them)")
     return FlagSpace(tuple(d for d in space.dimensions if d.name in names or d.key in names),
                      space.rejected, space.excluded_numerics, space.excluded_host_specific)
 

@@ -47,11 +47,17 @@ from compileiq_build.run.launch import (
 from compileiq_build.run.worker import LocalWorker, Worker, local_workers
 from compileiq_build.search.prior import Prior, for_space
 from compileiq_build.search.prior import load as load_prior
-from compileiq_build.search.target import predicted, search_notes, search_target, target_space
+from compileiq_build.search.target import (
+    check_dimensions,
+    predicted,
+    search_notes,
+    search_target,
+    target_space,
+)
 from compileiq_build.stages.minimize import minimize_winner
 from compileiq_build.stages.profiling import profile_baseline, profile_groups
 from compileiq_build.stages.validate import validate
-from compileiq_build.store.database import Store, exclusive_store
+from compileiq_build.store.database import RUNNING, Store, exclusive_store
 
 WINNER_OPTIONS = 6  # options a winner sets, about: minimizing builds it without each once
 
@@ -152,12 +158,16 @@ class Tuner:
                               "Run the same command again to resume.")
 
     def run(self, command: str) -> TuneResult:
+        self._check_gpus_named()
         targets = select_targets(self.project, self.options.targets, bool(self.gpus or self.options.ray))
         for t in targets:
             _check_benchmarks(self.project.benchmarks_for(t.name))
             if self.options.allow_numerics_change:
                 for warning in _numerics_checks(t.name, self.project.benchmarks_for(t.name)):
                     self.report.note(f"warning: {warning}")
+        # Before any build: a misspelt --dimensions, an unwritable build folder or output.
+        check_dimensions(targets, self.options)
+        self.workspace.check_writable()
         check_writable(self._output())
         with exclusive_store(self.build_dir, self.options.fresh) as store:
             try:
@@ -167,6 +177,21 @@ class Tuner:
             finally:
                 self.report.stop()
 
+    def _check_gpus_named(self) -> None:
+        if self.options.gpus and not self.gpus and not self.options.ray:
+            raise CompileIQError(
+                f"--gpus {','.join(map(str, self.options.gpus))}: nvidia-smi finds no GPU on this "
+                "machine. C++ targets are measured on the CPU: leave --gpus out.")
+
+    def _note_killed(self, store: Store) -> None:
+        """Evaluations a killed run left running (the lock says no other run is): said, as the
+        store marks them interrupted and the search measures them afresh."""
+        killed = [e for e in store.evaluations() if e.status == RUNNING]
+        for e in killed:
+            self.report.note(f"{e.target}: the last run ended (killed?) while evaluating {e.config_key} "
+                             f"({e.phase}); its measurements are kept, not counted: it is measured afresh "
+                             "if proposed again")
+
     def profile(self, command: str) -> list[str]:
         """No search: profile the benchmarks of the chosen CUDA targets (stored, printed as the
         search would) and return the groups the profiles suggest, as CMake lines."""
@@ -175,7 +200,9 @@ class Tuner:
         if not units:
             raise CompileIQError("profile looks at CUDA targets, and none is chosen; name them "
                                  "with --targets.")
+        self._check_gpus_named()
         with exclusive_store(self.build_dir) as store:
+            self._note_killed(store)
             gpus = measuring_gpus(self.gpus, self.options.gpus, self.report)[:1]
             self.shared_gpu = check_gpus_free(gpus, self.options.allow_shared_gpu, self.report)
             self.report.phase("configuring the baseline build tree")
@@ -200,6 +227,7 @@ class Tuner:
                                  f"{', '.join(w.name for w in workers)}, {workers[0].slots} candidates "
                                  "compiled ahead for each")
             described = {**self._environment(), "workers": [w.name for w in workers]}
+            self._note_killed(store)
             session = store.start_session(command, described)
             return self._tune(targets, workers, started.tree_project, started.arch, store, session)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -110,6 +111,12 @@ def arch_json(arch_keys: Mapping[str, str]) -> str:
     return json.dumps(dict(arch_keys), sort_keys=True)
 
 
+def damaged(path: Path, exc: sqlite3.DatabaseError) -> CompileIQError:
+    return CompileIQError(
+        f"the results store {path} is damaged ({exc}). It was left untouched: move it away (it "
+        "may still be read with sqlite3) and run tune again.")
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -119,8 +126,15 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with args[0]._lock:  # type: ignore[attr-defined]
-            return method(*args, **kwargs)
+        store: Store = args[0]  # type: ignore[assignment]
+        with store._lock:
+            try:
+                return method(*args, **kwargs)
+            except sqlite3.DatabaseError as exc:
+                # Damage that the check on opening missed (or since): not a traceback.
+                if type(exc) is not sqlite3.DatabaseError:  # locked, constraint: a bug of ours
+                    raise
+                raise damaged(store.snapshot_of or store.path, exc) from None
 
     return wrapper
 
@@ -135,6 +149,10 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # Damage beyond the header shows only when a query reaches it: look at every page
+            # before anything is written.
+            if (check := self.db.execute("PRAGMA quick_check").fetchone()) and check[0] != "ok":
+                raise sqlite3.DatabaseError(check[0])
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_DDL)
@@ -152,9 +170,9 @@ class Store:
                     f"{shown} holds results of store schema {row[0]}; this version writes {SCHEMA}. "
                     "Use the compileiq_build version that wrote it, or move the file away.")
         except sqlite3.DatabaseError as exc:
-            raise CompileIQError(
-                f"the results store {shown} is damaged ({exc}). It was left untouched: move it "
-                "away (it may still be read with sqlite3) and run tune again.") from None
+            if hasattr(self, "db"):
+                self.db.close()
+            raise damaged(shown, exc) from None
 
     @_locked
     def close(self) -> None:
@@ -327,13 +345,23 @@ def open_store(build_dir: Path) -> Store:
 def exclusive_store(build_dir: Path, fresh: bool = False) -> Iterator[Store]:
     """The build folder's store, this process alone on it (`fresh`: emptied first)."""
     workspace = Workspace(build_dir)
+    workspace.check_writable()
     lock = FileLock(str(workspace.lock))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise CompileIQError(f"another `tune` is running on {build_dir}; wait for it, "
-                             "or stop it first.") from None
+        try:
+            holder = workspace.lock.read_text(encoding="utf-8").strip()
+        except OSError:
+            holder = ""
+        raise CompileIQError(f"another `tune` is running on {build_dir}{f' ({holder})' if holder else ''}; "
+                             "wait for it, or stop it first.") from None
+    except OSError as exc:
+        raise workspace.unwritable(exc) from None
     try:
+        # Who holds the lock, for the message of a second tune (the lock is on the file, not its text).
+        workspace.lock.write_text(f"pid {os.getpid()}, since "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}", encoding="utf-8")
         if fresh:
             for suffix in ("", "-wal", "-shm"):
                 workspace.store.with_name(workspace.store.name + suffix).unlink(missing_ok=True)
