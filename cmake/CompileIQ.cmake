@@ -495,14 +495,19 @@ function(_compileiq_use_candidate_file tgt lang id sources out_file)
   if(NOT EXISTS "${file}")
     file(WRITE "${file}" "")
   endif()
+  # nvcc's option in two words, not --options-file=<file>: ccache reads the file's flags into
+  # its hash only so (and expands g++'s @file), else every candidate would get the baseline's
+  # object from the cache.  A target's options are de-duplicated, hence SHELL: there; a
+  # source's are not, and take no SHELL:.
+  set(words "@${file}")
+  set(opt "@${file}")
   if(lang STREQUAL "CUDA")
-    set(opt "--options-file=${file}")
-  else()
-    set(opt "@${file}")
+    set(words --options-file "${file}")
+    set(opt "SHELL:--options-file \"${file}\"")
   endif()
   if(sources)  # a group's files of <lang>
     set(plain "${sources}")
-    set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "${opt}")
+    set_property(SOURCE ${plain} TARGET_DIRECTORY "${tgt}" APPEND PROPERTY COMPILE_OPTIONS ${words})
   else()
     set_property(TARGET "${tgt}" APPEND PROPERTY COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:${lang}>:${opt}>")
     if(lang STREQUAL "CUDA")

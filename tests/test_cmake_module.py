@@ -297,7 +297,7 @@ compileiq_add_benchmark(b COMMAND exe FORMAT time)
     assert target.arch_keys == {"CUDA": "sm_90"}
     cmd = compile_commands(build)["k.cu"]
     assert "code=[sm_90]" in cmd  # real machine code only: no PTX left to JIT
-    assert f"--options-file={build}/compileiq/candidate/k.CUDA.opts" in cmd
+    assert f"--options-file {build}/compileiq/candidate/k.CUDA.opts" in cmd  # two words: ccache hashes the file
     assert Path(target.candidate_files["CUDA"]).is_file()
 
 

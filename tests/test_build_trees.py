@@ -1,0 +1,59 @@
+"""The driver's build trees with a compiler launcher (ccache) and seeded from the baseline's
+outputs: real cmake, ninja, ccache, g++ and nvcc on the fixture projects."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+TUNING = ("-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
+
+
+@pytest.fixture
+def ccache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """ccache with a cache of this test's own (its environment reaches the compiles)."""
+    path = shutil.which("ccache")
+    if not path:
+        pytest.skip("ccache is not installed")
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    monkeypatch.delenv("CCACHE_DISABLE", raising=False)
+    return path
+
+
+def _hits(ccache: str) -> int:
+    stats = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, check=True).stdout
+    counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+    return int(counts.get("direct_cache_hit", 0)) + int(counts.get("preprocessed_cache_hit", 0))
+
+
+@pytest.mark.parametrize("lang", ["CXX", "CUDA"])
+def test_a_candidate_compiled_through_ccache_gets_its_own_object(lang, tmp_path, configure, ccache, request):
+    """ccache hashes the candidate flags file's content: new flags compile anew, and the
+    project's flags again come from the cache."""
+    if lang == "CUDA":
+        nvcc = request.getfixturevalue("nvcc")
+        src, unit, flags, obj = "cuda_groups_project", "ops_scale", "-G\n", "CMakeFiles/ops.dir/scale.cu.o"
+        defines = [f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
+    else:
+        src, unit, flags, obj = "cxx_project", "saxpy", "-O2\n", "CMakeFiles/saxpy.dir/saxpy.cpp.o"
+        defines = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    shutil.copytree(FIXTURES / src, tmp_path / "src")
+    build = tmp_path / "build"
+    configure(tmp_path / "src", build, *TUNING, *defines)
+    opts = build / "compileiq" / "candidate" / f"{unit}.{lang}.opts"
+    assert opts.is_file()
+    configure.build(build, obj)
+    baseline = (build / obj).read_bytes()
+    opts.write_text(flags)
+    configure.build(build, obj)
+    same = (build / obj).read_bytes() == baseline
+    assert not same, f"{flags.strip()} gave the baseline's object back"
+    assert _hits(ccache) == 0
+    opts.write_text("")
+    configure.build(build, obj)
+    assert (build / obj).read_bytes() == baseline
+    assert _hits(ccache) == 1  # the compiles did go through ccache
