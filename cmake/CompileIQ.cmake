@@ -343,6 +343,16 @@ function(compileiq_tune)
   endif()
   set(languages ${arg_LANGUAGES})
   if(NOT languages)
+    # The default, CUDA, said here, where the call's line shows, rather than at the end of the
+    # configure step (CMakeLists.txt:DEFERRED) about a LANGUAGES CUDA the call does not write.
+    get_property(enabled GLOBAL PROPERTY ENABLED_LANGUAGES)
+    if(NOT "CUDA" IN_LIST enabled)
+      list(JOIN arg_UNPARSED_ARGUMENTS " " named)
+      message(FATAL_ERROR
+        "compileiq_tune(${named}): without LANGUAGES it tunes the targets' CUDA sources, and the "
+        "project does not enable CUDA. For C++ write compileiq_tune(${named} LANGUAGES CXX); for "
+        "CUDA add it to project(... LANGUAGES ...) or call enable_language(CUDA) before this line.")
+    endif()
     set(languages CUDA)
   endif()
   foreach(lang IN LISTS languages)
@@ -425,6 +435,13 @@ function(compileiq_add_benchmark name)
   endif()
   if(DEFINED arg_REGEX)
     set(arg_FORMAT regex)
+    # A capture group: '(' not escaped and not '(?:', '(?=', ...; or a group named value.
+    string(REGEX REPLACE "\\\\." "" plain "${arg_REGEX}")
+    if(NOT plain MATCHES "\\([^?]|\\(\\?P?<value>")
+      message(FATAL_ERROR
+        "compileiq_add_benchmark(${name}): REGEX \"${arg_REGEX}\" has no capture group for the "
+        "measured value. Put parentheses around the number, e.g. REGEX \"time_ms: ([0-9.eE+-]+)\".")
+    endif()
   endif()
   if(arg_FORMAT STREQUAL "csv" AND NOT DEFINED arg_COLUMN)
     message(FATAL_ERROR "compileiq_add_benchmark(${name}): FORMAT csv needs COLUMN <name of the measured column>.")

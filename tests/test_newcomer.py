@@ -193,3 +193,31 @@ def test_after_failed_validations_the_decision_does_not_contradict_them(tmp_path
         "3 candidates faster in the search did not hold up when re-measured (a, b, c); 2 more were "
         "faster in the search and are not validated yet (5 measured): run tune again to re-measure "
         "the next 2")
+
+
+def _configure_with(project: Path, configure, old: str, new: str) -> str:
+    lists = project / "CMakeLists.txt"
+    assert old in lists.read_text()
+    lists.write_text(lists.read_text().replace(old, new))
+    proc = configure(project, project / "build", check=False)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_compileiq_tune_without_languages_in_a_cxx_project_names_the_line(cxx_project, configure):
+    err = _configure_with(cxx_project, configure, "compileiq_tune(saxpy LANGUAGES CXX)",
+                          "compileiq_tune(saxpy untouched)")
+    line = next(i for i, text in enumerate((cxx_project / "CMakeLists.txt").read_text().splitlines(), 1)
+                if text.startswith("compileiq_tune("))
+    said = " ".join(err.split())
+    assert f"CMakeLists.txt:{line} (compileiq_tune)" in said and "DEFERRED" not in said
+    assert ("compileiq_tune(saxpy untouched): without LANGUAGES it tunes the targets' CUDA sources, and "
+            "the project does not enable CUDA. For C++ write compileiq_tune(saxpy untouched LANGUAGES "
+            "CXX)") in said
+
+
+@pytest.mark.parametrize("regex", ["time_ms: [0-9.eE+-]+", r"time_ms \\(ms\\): [0-9.]+",
+                                   "(?:time_ms): [0-9.]+"])
+def test_a_regex_without_a_capture_group_is_refused_at_configure(regex, cxx_project, configure):
+    err = _configure_with(cxx_project, configure, 'REGEX "time_ms: ([0-9.eE+-]+)"', f'REGEX "{regex}"')
+    assert "has no capture group for the measured value" in " ".join(err.split())
