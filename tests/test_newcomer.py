@@ -12,13 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cxx_evaluator
 from filelock import FileLock
 
-from compileiq_build.decide.selection import NoWinner, decide
+from compileiq_build.build.space import Dimension, FlagSpace
+from compileiq_build.decide.racing import Sampling
+from compileiq_build.decide.selection import NoWinner, Winner, decide
 from compileiq_build.machine import environment
 from compileiq_build.project.manifest import Benchmark
 from compileiq_build.project.workspace import Workspace
+from compileiq_build.results.progress import Reporter
 from compileiq_build.run.measure import run_workload
+from compileiq_build.stages.minimize import minimize_winner
 from compileiq_build.store.database import Store
 from compileiq_build.store.records import Sample
 
@@ -221,3 +226,23 @@ def test_compileiq_tune_without_languages_in_a_cxx_project_names_the_line(cxx_pr
 def test_a_regex_without_a_capture_group_is_refused_at_configure(regex, cxx_project, configure):
     err = _configure_with(cxx_project, configure, 'REGEX "time_ms: ([0-9.eE+-]+)"', f'REGEX "{regex}"')
     assert "has no capture group for the measured value" in " ".join(err.split())
+
+
+def test_a_run_stopped_by_ctrl_c_still_leaves_passengers_out(cxx_project, configure):
+    # -fno-math-errno changes nothing in saxpy (no math calls): a passenger of -O3.
+    space = FlagSpace((Dimension("CXX", "O", ("3",), "-O{v}", 1),
+                       Dimension("CXX", "no-math-errno", ("on",), "-fno-math-errno", 2)))
+    config = {"CXX:O": "3", "CXX:no-math-errno": "on"}
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    flags, worker = space.flags(config), evaluator.workers[0]
+    evaluator.evaluate(config, flags, "staged", "search", evaluator.build(flags, worker, 0))
+    assert evaluator.evaluate(config, flags, "staged", "validate", evaluator.build(flags, worker, 0),
+                              sampling=Sampling(4, 4)).faster
+    winner = decide(store, "saxpy", evaluator.arch_keys)
+    assert isinstance(winner, Winner) and winner.unchecked == ("CXX:O=3", "CXX:no-math-errno=on")
+    evaluator.clock.interrupt()  # Ctrl-C came during validation
+    shipped = minimize_winner(evaluator, space, winner, Sampling(4, 4), Reporter(quiet=True))
+    store.close()
+    assert shipped.flags == {"CXX": ("-O3",)} and shipped.unchecked == ()
+    assert [(d.option, d.why) for d in shipped.dropped] == [
+        ("CXX:no-math-errno=on", "the machine code is the same without it")]

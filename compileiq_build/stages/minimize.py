@@ -25,7 +25,8 @@ from compileiq_build.store.database import INTERRUPTED
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,
              report: Notes) -> None:
     """Minimizing steps from the validated measurement `check`, until no option can go or the
-    evaluator's clock stops them (a step whose build the time left cannot hold is not begun)."""
+    evaluator's clock stops them (a measured step whose build the time left cannot hold is not
+    begun; the compiles that find passengers are not stopped)."""
     name, arch = evaluator.target.name, evaluator.arch_keys
     taken = {(o.evaluation.parent, o.evaluation.config_key): o
              for o in outcomes(evaluator.store, name, arch, "minimize")}
@@ -40,7 +41,9 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
             for dim, reduced in ((d, reduced_by[d.key]) for d in options if d.key in reduced_by):
                 step = taken.get((current.evaluation.config_key, config_key(reduced)))
                 if step is None:
-                    if evaluator.clock.why_stop(need=current.evaluation.build_seconds or 0.0):
+                    # The compiles that find passengers run however the run stops (Ctrl-C,
+                    # time limit): no shipped option leaves the machine code as it is.
+                    if measure and evaluator.clock.why_stop(need=current.evaluation.build_seconds or 0.0):
                         return
                     report.phase(f"minimizing {name}: without {dim.key}={config[dim.key]}"
                                  + ("" if measure else " (compiling)"))

@@ -294,12 +294,12 @@ class Tuner:
                              "of one measured before and reused its measurement")
         twice = Sampling.of(self.options).scaled(2)
         decision, remeasured = validate(evaluator, space, twice, self.report)
-        self._stop_if_interrupted()
         if isinstance(decision, Winner):
+            # Also after Ctrl-C: its compiles take the passengers out of what `emit` ships.
             decision = minimize_winner(evaluator, space, decision, twice, self.report)
-            self._stop_if_interrupted()
-            if guess := predicted(prior, evaluator, space, decision):
-                store.update_session(session, "predicted", {target.name: guess})
+        self._stop_if_interrupted()
+        if isinstance(decision, Winner) and (guess := predicted(prior, evaluator, space, decision)):
+            store.update_session(session, "predicted", {target.name: guess})
         self.report.note(decision_note(decision, remeasured))
         return decision
 
