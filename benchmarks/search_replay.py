@@ -194,10 +194,15 @@ def run_ours(table: Table, strategy: Strategy, budget: int, ahead: int | None = 
 
 def run_peer(table: Table, peer: Peer, budget: int, seed: int, name: str = "peer") -> list[float]:
     """Times measured by a peer engine through the same loop: a configuration outside the table is
-    answered by its nearest row (fewest options changed, ties broken by the seed)."""
+    answered by its nearest row (fewest options changed, ties broken by the seed), the same row
+    each time the engine asks for it."""
     rng = random.Random(f"nearest:{seed}")
-    strategy = PeerStrategy(name, peer, table.dims, budget, seed,
-                            lambda config: _keyed(table.rows[table.nearest(config, rng)]),
+
+    @functools.cache
+    def row(labels: tuple[tuple[str, str], ...]) -> Config:
+        return _keyed(table.rows[table.nearest(dict(labels), rng)])
+
+    strategy = PeerStrategy(name, peer, table.dims, budget, seed, lambda config: row(tuple(config.items())),
                             table.times[table.baseline])
     try:
         return run_ours(table, strategy, budget)
