@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from compileiq_build.decide.selection import FINALISTS, finalists, outcomes
+from compileiq_build.decide.selection import FINALISTS, TargetResults, finalists
 from compileiq_build.decide.stats import geometric_mean, ratio_estimate
-from compileiq_build.store.database import MEASURED, Store
+from compileiq_build.store.database import MEASURED
 
 if TYPE_CHECKING:
     from compileiq_build.options import TuneOptions
@@ -191,24 +191,24 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
 
 
 
-def race_for(store: Store, target: str, arch_keys: dict[str, str], evaluation: int, precision: float,
-             reference: float | None = None, against: str = "the finalists reach") -> Race:
+def race_for(results: TargetResults, evaluation: int, precision: float, reference: float | None = None,
+             against: str = "the finalists reach") -> Race:
     """Each workload's noise, from the target's earlier search evaluations (tens of rows:
     cheap enough at the start of every evaluation), and the reference: `reference`, else the
     FINALISTS-th best ratio of the search so far, and then the incumbent (the best ratio
     faster than the baseline, else 1) for the indifference zone."""
     incumbent = None
     if reference is None:
-        measured = [o for o in outcomes(store, target, arch_keys, "search") if o.evaluation.id != evaluation]
+        measured = [o for o in results.outcomes("search") if o.evaluation.id != evaluation]
         best = finalists(measured, FINALISTS)
         reference = best[-1].ratio if len(best) == FINALISTS else None
         incumbent = min(1.0, best[0].ratio or 1.0) if best else 1.0
     steps: dict[str, list[float]] = {}
-    for row in store.evaluations(target, arch_keys, "search"):
+    for row in results.evaluations("search"):
         if row.status != MEASURED or row.same_as is not None:
             continue
         paired: dict[str, dict[int, dict[str, float]]] = {}
-        for workload, role, rep, cost, error in store.samples(row.id):
+        for workload, role, rep, cost, error in results.store.samples(row.id):
             if cost and not error:
                 paired.setdefault(workload, {}).setdefault(rep, {})[role] = cost
         for workload, reps in paired.items():

@@ -149,6 +149,28 @@ class NoWinner:
     pending: tuple[str, ...] = ()  # configurations faster in the search, not re-measured yet
 
 
+@dataclass(frozen=True)
+class TargetResults:
+    """One target's stored results on one set of architectures: the store, the target's name
+    and its architecture keys, which every question below asks together."""
+
+    store: Store
+    target: str
+    arch_keys: dict[str, str]
+
+    def evaluations(self, phase: str | None = None) -> list[EvaluationRow]:
+        return self.store.evaluations(self.target, self.arch_keys, phase)
+
+    def outcomes(self, phase: str) -> list[Outcome]:
+        return outcomes(self.store, self.target, self.arch_keys, phase)
+
+    def decide(self) -> Winner | NoWinner:
+        return decide(self.store, self.target, self.arch_keys)
+
+    def pending_validation(self) -> list[Outcome]:
+        return pending_validation(self.store, self.target, self.arch_keys)
+
+
 def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -> list[Outcome]:
     return [summarize(store, r) for r in store.evaluations(target, arch_keys, phase)
             if r.status != INTERRUPTED]

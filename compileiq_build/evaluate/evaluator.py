@@ -19,7 +19,7 @@ from compileiq_build.build.space import config_key
 from compileiq_build.build.trees import BuildResult
 from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Race, Sampling, race_for
-from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, summarize
+from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, TargetResults, summarize
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.baseline import Baseline, prepare_baseline
 from compileiq_build.evaluate.pairing import Pairing
@@ -57,6 +57,7 @@ class Evaluator:
         self.report = report
         self.clock = clock or Clock()  # the run's: a measurement stops when its time is up
         self.arch_keys = dict(target.arch_keys)
+        self.results = TargetResults(store, target.name, self.arch_keys)  # what the stages read back
         self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
         if any(not b.executable_target for b in benchmarks):
             self.ninja_targets = []  # a benchmark outside the project: build everything
@@ -160,8 +161,7 @@ class Evaluator:
     def _race(self, evaluation: int, reference: float | None = None,
               against: str = "the finalists reach") -> Race:
         """What a search candidate (or a minimizing step) races against (racing.race_for)."""
-        return race_for(self.store, self.target.name, self.arch_keys, evaluation, self.sampling.precision,
-                        reference, against)
+        return race_for(self.results, evaluation, self.sampling.precision, reference, against)
 
     def _same_code(self, evaluation: int, phase: str, built: Built,
                    reduced_from: EvaluationRow | None) -> int | None:
@@ -178,7 +178,7 @@ class Evaluator:
             if digest == self.baseline.digest:
                 twin = SAME_AS_BASELINE
             else:
-                twin = next((r.id for r in self.store.evaluations(self.target.name, self.arch_keys, "search")
+                twin = next((r.id for r in self.results.evaluations("search")
                              if r.digest == digest and r.status == MEASURED and r.same_as is None
                              and r.id != evaluation), None)
         self.store.set_code(evaluation, digest, self.features(built.compiled), twin)

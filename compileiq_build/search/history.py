@@ -7,7 +7,8 @@ targets' searches of the same architectures (`transfer`).
 
 from __future__ import annotations
 
-from compileiq_build.decide.selection import outcomes
+from dataclasses import replace
+
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.search.strategies import Candidate, Trial
 from compileiq_build.store.database import COMPILED, SCOUT
@@ -21,12 +22,11 @@ def trials(evaluator: Evaluator, target: str | None = None) -> list[Trial]:
 def history(evaluator: Evaluator, target: str | None = None) -> tuple[list[Trial], list[Candidate]]:
     """The search so far: its trials, and every compiled candidate with its code and
     compile-time features (the model fits on those, measured or not)."""
-    name = target or evaluator.target.name
-    found = outcomes(evaluator.store, name, evaluator.arch_keys, "search")
+    results = replace(evaluator.results, target=target) if target else evaluator.results
+    found = results.outcomes("search")
     measured = [Trial(o.evaluation.config, o.ratio, o.faster, o.spread, o.evaluation.digest,
                       phase=o.evaluation.proposed_by, parent=o.evaluation.parent) for o in found]
-    ahead = [r for r in evaluator.store.evaluations(name, evaluator.arch_keys, SCOUT)
-             if r.status == COMPILED and r.digest]
+    ahead = [r for r in results.evaluations(SCOUT) if r.status == COMPILED and r.digest]
     known = [Candidate(r.config, r.digest, r.features or {})
              for r in [*(o.evaluation for o in found), *ahead] if r.digest]
     return measured, known

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from compileiq_build.build.space import FlagSpace, Prober, build_space, config_key
-from compileiq_build.decide.selection import Winner, outcomes, verdict_counts
+from compileiq_build.decide.selection import Winner, verdict_counts
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
@@ -118,7 +118,7 @@ def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> No
     """How the search ended, what it measured, what it compiled ahead."""
     name = evaluator.target.name
     notes.note(f"{name}: {proposals.finished}")
-    searched = outcomes(evaluator.store, name, evaluator.arch_keys, "search")
+    searched = evaluator.results.outcomes("search")
     notes.note(f"{name}: {len(searched)} candidates measured ({verdict_counts(searched)})")
     if ahead := proposals.ahead:
         codes = [c for c in ahead.values() if c]

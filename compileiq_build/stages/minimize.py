@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from compileiq_build.build.space import DEFAULT, FlagSpace, config_key
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import Outcome, Winner, decide, holds_without, outcomes
+from compileiq_build.decide.selection import Outcome, Winner, holds_without
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.store.database import INTERRUPTED
@@ -27,9 +27,9 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
     """Minimizing steps from the validated measurement `check`, until no option can go or the
     evaluator's clock stops them (a measured step whose build the time left cannot hold is not
     begun; the compiles that find passengers are not stopped)."""
-    name, arch = evaluator.target.name, evaluator.arch_keys
+    name = evaluator.target.name
     taken = {(o.evaluation.parent, o.evaluation.config_key): o
-             for o in outcomes(evaluator.store, name, arch, "minimize")}
+             for o in evaluator.results.outcomes("minimize")}
     current = check
     while True:
         config = space.full_config(current.evaluation.config)
@@ -72,10 +72,10 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
 def minimize_winner(evaluator: Evaluator, space: FlagSpace, winner: Winner, sampling: Sampling,
                     report: Notes) -> Winner:
     """The validated winner less the options it can do without, as time allows."""
-    store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
-    check = next(o for o in reversed(outcomes(store, name, arch, "validate"))
+    results = evaluator.results
+    check = next(o for o in reversed(results.outcomes("validate"))
                  if o.evaluation.config_key == winner.validated and o.faster)
     minimize(evaluator, space, check, sampling, report)
-    decision = decide(store, name, arch)
+    decision = results.decide()
     assert isinstance(decision, Winner)  # minimizing adds no search or validation result
     return decision

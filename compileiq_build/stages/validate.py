@@ -10,13 +10,7 @@ from __future__ import annotations
 
 from compileiq_build.build.space import FlagSpace
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import (
-    FINALISTS,
-    NoWinner,
-    Winner,
-    decide,
-    pending_validation,
-)
+from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.store.database import INTERRUPTED
@@ -27,9 +21,9 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
     """Re-measure the best few candidates ranked above the current answer with `sampling`
     (twice the search's runs), until the evaluator's clock stops it; returns the decision and
     what this run re-measured."""
-    store, name, arch = evaluator.store, evaluator.target.name, evaluator.arch_keys
+    results, name = evaluator.results, evaluator.target.name
     remeasured: list[str] = []
-    for finalist in pending_validation(store, name, arch)[:FINALISTS]:
+    for finalist in results.pending_validation()[:FINALISTS]:
         row = finalist.evaluation
         if why := evaluator.clock.why_stop(need=row.build_seconds or 0.0):
             if not evaluator.clock.interrupted:
@@ -49,4 +43,4 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
         if check.faster:
             break
         notes.note(f"{name}: {row.config_key} did not hold up when re-measured")
-    return decide(store, name, arch), remeasured
+    return results.decide(), remeasured

@@ -1,0 +1,631 @@
+"""An open evaluation of the search on landscapes anchored on the corpus's real measurements.
+
+The closed replays (`search_replay`) choose among a table's rows, so a strategy there can never
+propose the many-option configurations that lost live; `open_replay`'s landscapes are synthetic.
+Here each corpus table (benchmarks/corpus/tables) becomes a `Landscape` over the whole default
+CUDA space (120,960 configurations) that answers any configuration from the table's measurements:
+
+- code: a recorded row's own code; else the configuration reduced to canonical values (an option
+  whose one-option move compiled to the baseline's code, a passenger, is dropped; one whose move
+  compiled to the code of an earlier value of its option, an alias, takes that value): the code
+  of a recorded row of that reduced configuration if there is one, else a new code labelled by a
+  hash of the table and the reduced configuration;
+- time: a recorded code's own; else the baseline's x exp(the sum of the one-option log effects +
+  the measured pair interactions (rows of two reduced options) + z (S0 + the sum of |effects|)),
+  z drawn per code (a seeded hash) from the table's multi-option rows' residuals against that
+  additive prediction, normalised so, of the same sign class of the prediction (helpful,
+  neutral, harmful: gains add sub-additively, losses saturate); a class of fewer than MIN_OWN
+  rows in the table draws from every table's;
+- features: a recorded code's own; else those of the recorded row nearest the reduced
+  configuration (fewest options apart): borrowed, not compiled;
+- the optimum: the best code of the whole space, enumerated (numpy).
+`judge` measures these rules on held-out recorded rows (each multi-option row left out in turn).
+
+`evaluate` runs, per table, our default strategy ('model', with a prior fitted leave-one-project-
+out as prior_validation does, cached), 'model-noprior', 'random' and the peers (TPE, SMAC3 where
+installed) at each budget and seed, through a loop of `search_replay.run_ours`'s kind (open
+context, compile-ahead, vet, candidate bound), until search/loop.py exposes one for replays.
+
+    python -m benchmarks.open_eval [--tables N] [--seeds 3] [--budgets 10 20] [--jobs 2]
+        [--strategies ...] [--out benchmarks/results/search/open] [--judge]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.peers import PEERS, BudgetSpent, Free, PeerUnavailable
+from benchmarks.search_replay import Table, load_table
+from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key, dimensions_for
+from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
+from compileiq_build.search.prior import FEATURES, FORMAT, PARAMS, ROUNDS, Prior, fit, read_table
+from compileiq_build.search.strategies import Candidate, Context, Proposal, Strategy, Trial, make_strategy
+
+CORPUS = Path(__file__).parent / "corpus" / "tables"
+OUT = Path(__file__).parent / "results" / "search" / "open"
+SPACE = FlagSpace(tuple(d for d in dimensions_for("CUDA") if not d.numerics))
+NAMES = tuple(d.name for d in SPACE.dimensions)
+VALUES = tuple((DEFAULT, *d.values) for d in SPACE.dimensions)
+STRIDE = np.cumprod([1, *(len(v) for v in VALUES[:0:-1])])[::-1].astype(np.int64)  # mixed radix, last fastest
+S0 = 0.003  # the residual's scale floor: about the corpus's measurement noise (log ratio)
+MIN_OWN = 15  # residuals a table needs in a class to draw from its own
+HELPFUL, NEUTRAL, HARMFUL = 0, 1, 2
+
+
+def _class(additive: np.ndarray) -> np.ndarray:
+    return np.where(additive < -S0, HELPFUL, np.where(additive > S0, HARMFUL, NEUTRAL))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 of each element: a seeded hash, vectorised."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+@cache
+def whole_space() -> np.ndarray:
+    """Every configuration of the space as value indices (0 = default), one row each."""
+    grids = np.meshgrid(*(np.arange(len(v)) for v in VALUES), indexing="ij")
+    return np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+
+
+def indices(config: Mapping[str, str]) -> np.ndarray:
+    """A configuration (option names, or `CUDA:` keys, to values; others default) as indices."""
+    plain = {k.split(":", 1)[-1]: v for k, v in config.items()}
+    return np.array([VALUES[i].index(plain.get(n, DEFAULT)) for i, n in enumerate(NAMES)], dtype=np.int64)
+
+
+class Landscape:
+    """One table's answers for every configuration of the space (see the module's docstring).
+
+    `pooled`: per sign class, the normalised residuals of every table (drawn where this table has
+    fewer than MIN_OWN); `leave_out`: a row held out (`judge`), as if never recorded."""
+
+    def __init__(self, table: Table, name: str, pooled: Mapping[int, np.ndarray] | None = None,
+                 leave_out: int | None = None) -> None:
+        if set(table.dims) != set(NAMES):
+            raise ValueError(f"{name}: its options {sorted(table.dims)} are not the default CUDA space's")
+        self.table, self.name = table, name
+        keep = [i for i in range(len(table.rows)) if i != leave_out]
+        self.rows = np.array([indices(table.rows[i]) for i in keep])
+        self.row_ids = np.array(keep)
+        b = table.baseline
+        self.base, self.base_code = table.times[b], table.codes[b]
+        self.log = np.log(np.array([table.times[i] for i in keep]) / self.base)
+        # One-option moves: effect and canonical value (passengers -> default, aliases -> the first).
+        self.effect = [np.zeros(len(v)) for v in VALUES]
+        self.canon = [np.arange(len(v)) for v in VALUES]
+        for d in range(len(NAMES)):
+            first: dict[str, int] = {self.base_code: 0}
+            for v in range(1, len(VALUES[d])):
+                move = np.zeros(len(NAMES), dtype=np.int64)
+                move[d] = v
+                r = self._row(move)
+                if r < 0:
+                    continue  # not recorded: no effect known, its own value
+                code = table.codes[self.row_ids[r]]
+                self.effect[d][v] = self.log[r]
+                self.canon[d][v] = first.setdefault(code, v)
+        reduced = self.reduce(self.rows)
+        self.row_keys = self.rows @ STRIDE
+        self._by_key = np.argsort(self.row_keys, kind="stable")
+        ckeys = reduced @ STRIDE
+        order = np.lexsort((np.arange(len(ckeys)), ckeys != self.row_keys, ckeys))  # exact rows first
+        first_of = np.r_[True, ckeys[order][1:] != ckeys[order][:-1]]
+        self._ckeys, self._crows = ckeys[order][first_of], order[first_of]
+        # Pair interactions: rows of two reduced options, less their two effects.
+        self.pairs: dict[tuple[int, int, int, int], float] = {}
+        for r, c in enumerate(reduced):
+            set_ = np.flatnonzero(c)
+            if len(set_) == 2:
+                d1, d2 = (int(d) for d in set_)
+                g = self.log[r] - self.effect[d1][c[d1]] - self.effect[d2][c[d2]]
+                self.pairs.setdefault((d1, int(c[d1]), d2, int(c[d2])), float(g))
+        self.own = residuals(self, reduced)
+        self.pool = {k: (self.own[k] if len(self.own[k]) >= MIN_OWN or pooled is None or not len(pooled[k])
+                         else pooled[k]) for k in (HELPFUL, NEUTRAL, HARMFUL)}
+        self.salt = np.uint64(int(hashlib.sha256(name.encode()).hexdigest()[:16], 16))
+        self.borrowed = 0  # new codes whose features were those of the nearest recorded row
+
+    def reduce(self, x: np.ndarray) -> np.ndarray:
+        return np.stack([self.canon[d][x[:, d]] for d in range(len(NAMES))], axis=1)
+
+    def _row(self, x: np.ndarray) -> int:
+        hits = np.flatnonzero((self.rows == x).all(axis=1))
+        return int(hits[0]) if len(hits) else -1
+
+    def _lookup(self, keys: np.ndarray, sorted_keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        pos = np.clip(np.searchsorted(sorted_keys, keys), 0, len(sorted_keys) - 1)
+        return np.where(sorted_keys[pos] == keys, rows[pos], -1)
+
+    def _additive(self, c: np.ndarray) -> np.ndarray:
+        """Sum of the one-option effects of reduced configurations, with the pair interactions."""
+        total = sum(self.effect[d][c[:, d]] for d in range(len(NAMES)))
+        for (d1, v1, d2, v2), g in self.pairs.items():
+            total = total + g * ((c[:, d1] == v1) & (c[:, d2] == v2))
+        return np.asarray(total, dtype=float)
+
+    def _scale(self, c: np.ndarray) -> np.ndarray:
+        return S0 + sum(np.abs(self.effect[d][c[:, d]]) for d in range(len(NAMES)))
+
+    def answer(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For configurations (indices, one per row): the recorded row of their code (-1: a new
+        code), their reduced configurations' keys, and their log time ratios to the baseline."""
+        c = self.reduce(x)
+        sorted_keys = self.row_keys[self._by_key]
+        row = self._lookup(x @ STRIDE, sorted_keys, self._by_key)
+        ckey = c @ STRIDE
+        row = np.where(row >= 0, row, self._lookup(ckey, self._ckeys, self._crows))
+        additive = self._additive(c)
+        klass = _class(additive)
+        effects = np.stack([self.effect[d][c[:, d]] for d in range(len(NAMES))], axis=1)
+        # The draw is keyed by the options of a measured effect: codes apart only by options that
+        # changed nothing beyond the noise share it, as their times would (no lottery of variants).
+        h = _mix((np.where(np.abs(effects) > S0, c, 0) @ STRIDE).astype(np.uint64) ^ self.salt)
+        z = np.zeros(len(x))
+        for k, pool in self.pool.items():
+            if len(pool):
+                m = klass == k
+                z[m] = pool[(h[m] % np.uint64(len(pool))).astype(np.int64)]
+        # No faster than its helpful moves' gains together, no slower than its harmful moves'
+        # losses (89% of the corpus's multi-option rows, within S0).
+        drawn = np.clip(additive + z * self._scale(c), np.minimum(effects, 0).sum(axis=1) - S0,
+                        np.maximum(effects, 0).sum(axis=1) + S0)
+        # Configurations of one option set are recorded moves (or of a code recorded): no residual.
+        several = (c != 0).sum(axis=1) >= 2
+        log = np.where(row >= 0, self.log[np.maximum(row, 0)], np.where(several, drawn, additive))
+        return row, ckey, log
+
+    def compile(self, config: Mapping[str, str]) -> tuple[str, dict[str, float]]:
+        """The code label and features of a configuration (`tune` gets them by compiling)."""
+        x = indices(config)[None]
+        row, ckey, _ = self.answer(x)
+        if row[0] >= 0:
+            i = int(self.row_ids[row[0]])
+            return self.table.codes[i], self.table.features[i]
+        c = self.reduce(x)[0]
+        near = int(np.argmin((self.rows != c).sum(axis=1)))  # first of the nearest, in table order
+        self.borrowed += 1
+        label = "new:" + hashlib.sha256(f"{self.name}:{int(ckey[0])}".encode()).hexdigest()[:12]
+        return label, self.table.features[int(self.row_ids[near])]
+
+    def time(self, config: Mapping[str, str]) -> float:
+        return self.base * math.exp(float(self.answer(indices(config)[None])[2][0]))
+
+    def optimum(self) -> tuple[float, float]:
+        """The best time of the whole space, and the best without the residual draws."""
+        x = whole_space()
+        row, _, log = self.answer(x)
+        plain = np.where(row >= 0, log, self._additive(self.reduce(x)))
+        return self.base * math.exp(float(log.min())), self.base * math.exp(float(plain.min()))
+
+
+def residuals(land: Landscape, reduced: np.ndarray) -> dict[int, np.ndarray]:
+    """Per sign class of the additive prediction, the normalised residuals (log ratio less the
+    prediction, over S0 + the sum of |effects|) of the rows of two reduced options or more."""
+    several = (reduced != 0).sum(axis=1) >= 2
+    c = reduced[several]
+    additive = land._additive(c)
+    z = (land.log[several] - additive) / land._scale(c)
+    klass = _class(additive)
+    return {k: np.sort(z[klass == k]) for k in (HELPFUL, NEUTRAL, HARMFUL)}
+
+
+def table_paths(corpus: Path = CORPUS, count: int | None = None) -> list[Path]:
+    """The corpus's tables; `count` of them spread over the sorted list (a quick run)."""
+    paths = sorted(corpus.glob("*.csv"))
+    if count is not None and count < len(paths):
+        paths = [paths[round(i * (len(paths) - 1) / max(1, count - 1))] for i in range(count)]
+    return paths
+
+
+def pooled_residuals(paths: Sequence[Path]) -> dict[int, np.ndarray]:
+    """Every table's normalised residuals, per class (the fallback of a table with too few)."""
+    out: dict[int, list[np.ndarray]] = {HELPFUL: [], NEUTRAL: [], HARMFUL: []}
+    for path in paths:
+        land = Landscape(load_table(path), path.stem)
+        for k, z in land.own.items():
+            out[k].append(z)
+    return {k: np.sort(np.concatenate(v)) if v else np.zeros(0) for k, v in out.items()}
+
+
+# -- the search on a landscape ---------------------------------------------------------------
+def _search(land: Landscape, strategy: Strategy, budget: int, ahead: int) -> tuple[list[float], list[Trial]]:
+    """Times measured, in order, and the trials, by one of our strategies in an open context:
+    `search_replay.run_ours`'s loop (compile-ahead by `scout`, `vet`, the candidate bound)."""
+    table = land.table
+    base_features = table.features[table.baseline]
+    spreads = [s for s in table.spreads if s is not None]
+    typical = statistics.median(spreads) if spreads else None
+    compiled: dict[str, Candidate] = {}
+    history: list[Trial] = []
+    measured: dict[str, float] = {land.base_code: land.base}
+    times: list[float] = []
+
+    def compile_(config: Config) -> Candidate:
+        key = config_key(SPACE.full_config(config))
+        if key not in compiled:
+            code, features = land.compile(config)
+            compiled[key] = Candidate(config, code, features)
+        return compiled[key]
+
+    def context() -> Context:
+        return Context(SPACE, history, list(compiled.values()), budget=budget, baseline_code=land.base_code,
+                       baseline_features=base_features)
+
+    scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
+    turned_down = 0
+    while len(times) < budget and len(history) + turned_down < CANDIDATES_PER_EVALUATION * budget:
+        if ahead and scout is not None:
+            for config in scout(context(), ahead):
+                compile_(config)
+        proposal = strategy.propose(context())
+        if not isinstance(proposal, Proposal):
+            break
+        candidate = compile_(proposal.config)
+        if vet is not None and vet(context(), proposal, candidate):
+            turned_down += 1
+            continue
+        code = candidate.code
+        if code not in measured:  # a code measured before costs no evaluation
+            measured[code] = land.time(proposal.config)
+            times.append(measured[code])
+        ratio = measured[code] / land.base
+        row = land.answer(indices(proposal.config)[None])[0][0]
+        spread = table.spreads[int(land.row_ids[row])] if row >= 0 else typical
+        history.append(Trial(proposal.config, ratio, ratio < 1.0, spread, code,
+                             phase=proposal.phase, parent=proposal.parent))
+    return times, history
+
+
+def _peer(land: Landscape, name: str, budget: int, seed: int) -> list[float]:
+    """A peer's measured times: a code measured before answers free, as for our strategies."""
+    measured: dict[str, float] = {land.base_code: land.base}
+    times: list[float] = []
+
+    def evaluate(config: dict[str, str]) -> float:
+        code, _ = land.compile(config)
+        if code in measured:
+            return Free(measured[code])
+        if len(times) >= budget:
+            raise BudgetSpent
+        measured[code] = land.time(config)
+        times.append(measured[code])
+        return measured[code]
+
+    with contextlib.suppress(BudgetSpent):
+        PEERS[name]({n: list(v) for n, v in zip(NAMES, VALUES, strict=True)}, evaluate, budget, seed)
+    return times
+
+
+# -- priors left out of the table's project, cached ------------------------------------------
+def prior_for(project: str, paths: Sequence[Path], cache_dir: Path) -> Path:
+    """A prior fitted (search/prior.py) on the tables of every project but `project`, as
+    prior_validation does; the model file is cached under a digest of what it was fitted on."""
+    training = [p for p in paths if read_table(p).project != project]
+    digest = hashlib.sha256(json.dumps([FORMAT, list(FEATURES), PARAMS, ROUNDS]).encode())
+    for p in training:
+        digest.update(p.name.encode() + p.read_bytes() + p.with_suffix(".json").read_bytes())
+    path = cache_dir / f"prior-without-{project}-{digest.hexdigest()[:16]}.txt"
+    if not path.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(fit([read_table(p) for p in training]).model_to_string())
+    return path
+
+
+class _MemoPrior(Prior):
+    """A prior whose predictions are remembered per configuration and features (the model's
+    scout and propose rank the same pool at each step): the same answers, computed once."""
+
+    def predict(self, configs: Sequence[Mapping[str, str]], features: Sequence[Mapping[str, float] | None],
+                base: Mapping[str, float]) -> np.ndarray:
+        memo: dict[tuple, float] = self.__dict__.setdefault("_memo", {})
+        # Features are the table's own objects (a row's, or the nearest row's): their identity is theirs.
+        keys = [(config_key(c), id(f) if f else 0, id(base)) for c, f in zip(configs, features, strict=True)]
+        todo = [i for i, k in enumerate(keys) if k not in memo]
+        if todo:
+            fresh = super().predict([configs[i] for i in todo], [features[i] for i in todo], base)
+            memo.update((keys[i], float(v)) for i, v in zip(todo, fresh, strict=True))
+        return np.array([memo[k] for k in keys], dtype=float)
+
+
+def _load_prior(path: Path) -> Prior:
+    import lightgbm
+
+    return _MemoPrior(lightgbm.Booster(model_file=str(path)), {}, path)
+
+
+# -- the evaluation ----------------------------------------------------------------------------
+OURS = ("model", "model-noprior", "random")
+
+
+def _fraction(base: float, optimum: float, times: Sequence[float]) -> float:
+    gain = base - optimum
+    return (base - min([base, *times])) / gain if gain > 0 else 1.0
+
+
+def _phases(history: Sequence[Trial]) -> list[list]:
+    """Per measured trial: phase, options set, ratio (what the record shows of the failure)."""
+    return [[t.phase, len([v for v in t.config.values() if v != DEFAULT]), round(t.ratio, 4)]
+            for t in history if t.ratio is not None]
+
+
+Job = tuple[Path, dict[int, np.ndarray], Path | None, list[int], int, list[str], int]
+
+
+def evaluate_table(job: Job) -> dict:
+    """One table: every strategy at every budget and seed (peers and random once at the largest
+    budget, read at each from the prefix of their run, as prior_validation does)."""
+    path, pooled, prior_path, budgets, seeds, strategies, ahead = job
+    started = time.process_time()
+    land = Landscape(load_table(path), path.stem, pooled)
+    optimum, plain = land.optimum()
+    base = land.base
+    best_row = min(land.table.times)
+    out: dict = {"table": path.stem, "project": read_table(path).project,
+                 "optimum_gain": base / optimum - 1, "optimum_gain_without_residuals": base / plain - 1,
+                 "table_optimum_gain": base / best_row - 1, "at": {}, "phases": {}, "unavailable": {}}
+    prior = _load_prior(prior_path) if prior_path is not None else None
+    top = max(budgets)
+    for name in strategies:
+        runs: dict[str, list[float]] = {str(b): [] for b in budgets}
+        try:
+            for seed in range(seeds):
+                if name in ("model", "model-noprior"):
+                    for b in budgets:
+                        strategy = make_strategy("model", seed, (), prior if name == "model" else None)
+                        times, history = _search(land, strategy, b, ahead)
+                        runs[str(b)].append(_fraction(base, optimum, times))
+                        if b == top:
+                            out["phases"].setdefault(name, []).append(_phases(history))
+                    continue
+                if name == "random":
+                    times, _ = _search(land, make_strategy("random", seed), top, 0)
+                else:
+                    times = _peer(land, name, top, seed)
+                for b in budgets:
+                    runs[str(b)].append(_fraction(base, optimum, times[:b]))
+        except PeerUnavailable as exc:
+            out["unavailable"][name] = str(exc)
+            continue
+        out["at"][name] = runs
+    out["borrowed_features"] = land.borrowed
+    out["cpu_s"] = round(time.process_time() - started, 1)
+    return out
+
+
+def summary(results: Sequence[dict], budgets: Sequence[int], min_gain: float = 0.01) -> list[str]:
+    """Per strategy and budget: the median over kernels of the median fraction over seeds, and
+    the share of kernels whose median is short of 0.90."""
+    methods = list(dict.fromkeys(m for r in results for m in r["at"]))
+    lines = []
+    for label, chosen in (("all tables", results),
+                          (f"tables whose optimum gains >= {100 * min_gain:g}%",
+                           [r for r in results if r["optimum_gain"] >= min_gain])):
+        lines.append(f"{label} ({len(chosen)}): median over kernels of the fraction of the optimum's gain "
+                     "(median over seeds); share of kernels short of 0.90")
+        lines.append(f"{'method':16}" + "".join(f"{'budget ' + str(b):>24}" for b in budgets))
+        for m in methods:
+            cells = []
+            for b in budgets:
+                values = [statistics.median(r["at"][m][str(b)]) for r in chosen if m in r["at"]]
+                if not values:
+                    cells.append(f"{'-':>24}")
+                    continue
+                short = sum(v < 0.90 for v in values) / len(values)
+                cells.append(f"{f'{statistics.median(values):.3f}  {100 * short:.0f}% short':>24}")
+            lines.append(f"{m:16}" + "".join(cells))
+        lines.append("")
+    return lines
+
+
+def failure_lines(results: Sequence[dict]) -> list[str]:
+    """What the model measured per phase: options set and the share measured slower than the
+    baseline (>= 1%), over every table and seed at the largest budget."""
+    lines = ["per phase at the largest budget: measured configurations, median options set, share >= 1% "
+             "slower than the baseline, median ratio"]
+    for name in dict.fromkeys(m for r in results for m in r["phases"]):
+        by_phase: dict[str, list[tuple[int, float]]] = {}
+        for r in results:
+            for run in r["phases"].get(name, []):
+                for phase, options, ratio in run:
+                    by_phase.setdefault(phase, []).append((options, ratio))
+        for phase, rows in sorted(by_phase.items()):
+            slower = sum(ratio >= 1.01 for _, ratio in rows) / len(rows)
+            lines.append(f"  {name:14} {phase:10} {len(rows):6} {statistics.median(o for o, _ in rows):5g} "
+                         f"{100 * slower:5.0f}% {statistics.median(r for _, r in rows):8.4f}")
+    return lines
+
+
+# -- how well the landscape answers rows it did not see ----------------------------------------
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    from scipy.stats import spearmanr  # type: ignore[import-untyped]
+
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return math.nan
+    return float(spearmanr(a, b).statistic)
+
+
+def judge(paths: Sequence[Path]) -> dict:
+    """Each multi-option row of each table left out in turn and answered by the landscape of the
+    rest (residual pools of the other tables as the fallback): its code (a recorded code named
+    right or wrong; a new code where the code was recorded in another row, or truly new) and its
+    time (rank correlation per table, absolute error, how often the 10-90% band of the draw holds
+    it, and the precision of a predicted gain)."""
+    own = {p: Landscape(load_table(p), p.stem).own for p in paths}
+    codes: dict[str, int] = {}
+    per_table: dict[str, float] = {}
+    rows: list[tuple[float, float, bool, bool]] = []  # predicted, measured, new code, in its band
+    for path in paths:
+        table = load_table(path)
+        pooled = {k: np.concatenate([own[q][k] for q in paths if q != path])
+                  for k in (HELPFUL, NEUTRAL, HARMFUL)}
+        tb = table.times[table.baseline]
+        predicted, actual = [], []
+        for i, config in enumerate(table.rows):
+            if sum(v != DEFAULT for v in config.values()) < 2:
+                continue
+            land = Landscape(table, path.stem, pooled, leave_out=i)
+            x = indices(config)[None]
+            row, _, log = land.answer(x)
+            measured = math.log(table.times[i] / tb)
+            if row[0] >= 0:
+                kind = "recorded, right" if table.codes[int(land.row_ids[row[0]])] == table.codes[i] else \
+                    "recorded, wrong"
+                held = True
+            else:
+                elsewhere = table.codes[i] in {c for j, c in enumerate(table.codes) if j != i}
+                kind = "new, though recorded in another row" if elsewhere else "new, right"
+                c = land.reduce(x)
+                additive, scale = land._additive(c)[0], land._scale(c)[0]
+                pool = land.pool[int(_class(np.array([additive]))[0])]
+                lo, hi = (np.quantile(pool, [0.1, 0.9]) if (c != 0).sum() >= 2 and len(pool) else (0.0, 0.0))
+                held = bool(additive + lo * scale <= measured <= additive + hi * scale)
+            codes[kind] = codes.get(kind, 0) + 1
+            predicted.append(float(log[0]))
+            actual.append(measured)
+            rows.append((float(log[0]), measured, bool(row[0] < 0), held))
+        per_table[path.stem] = _spearman(predicted, actual)
+    p, m, new, band = (np.array(v) for v in zip(*rows, strict=True))
+    gain = p <= math.log(0.99)
+    faster, slower = (float(x.mean()) if gain.any() else None
+                      for x in (m[gain] <= math.log(0.99), m[gain] >= math.log(1.01)))
+    rhos = [r for r in per_table.values() if math.isfinite(r)]
+    return {
+        "rows": len(rows), "codes": codes,
+        "spearman_per_table_median": statistics.median(rhos),
+        "spearman_per_table_quartiles": list(np.quantile(rhos, [0.25, 0.75])),
+        "spearman_pooled": _spearman(list(p), list(m)),
+        "spearman_new_codes_pooled": _spearman(list(p[new]), list(m[new])),
+        "abs_error_median": float(np.median(np.abs(p - m))),
+        "abs_error_new_codes_median": float(np.median(np.abs(p[new] - m[new]))),
+        "abs_error_new_codes_p90": float(np.quantile(np.abs(p[new] - m[new]), 0.9)),
+        "band_10_90_holds_new_codes": float(band[new].mean()),
+        "predicted_gain_ge_1pct": int(gain.sum()),
+        "predicted_gain_measured_faster_ge_1pct": faster,
+        "predicted_gain_measured_slower_ge_1pct": slower,
+        "per_table_spearman": per_table,
+    }
+
+
+def judge_lines(j: dict) -> list[str]:
+    q1, q3 = j["spearman_per_table_quartiles"]
+    lines = [f"{j['rows']} multi-option rows, each left out and answered by the rest of its table",
+             "code: " + ", ".join(f"{k} {v}" for k, v in sorted(j["codes"].items())),
+             f"rank correlation of answered and measured log ratios: per table median "
+             f"{j['spearman_per_table_median']:.3f} [{q1:.2f}, {q3:.2f}], pooled {j['spearman_pooled']:.3f}, "
+             f"new codes pooled {j['spearman_new_codes_pooled']:.3f}",
+             f"absolute error of the log ratio: median {j['abs_error_median']:.4f}; new codes median "
+             f"{j['abs_error_new_codes_median']:.4f}, 90th percentile {j['abs_error_new_codes_p90']:.4f}",
+             f"new codes whose measurement lies in the 10-90% band of the residual draw: "
+             f"{100 * j['band_10_90_holds_new_codes']:.0f}% (80% if calibrated)"]
+    if j["predicted_gain_ge_1pct"]:
+        lines.append(f"answered >= 1% faster: {j['predicted_gain_ge_1pct']} rows, of which "
+                     f"{100 * j['predicted_gain_measured_faster_ge_1pct']:.0f}% measured >= 1% faster and "
+                     f"{100 * j['predicted_gain_measured_slower_ge_1pct']:.0f}% >= 1% slower")
+    return lines
+
+
+def _commit() -> str:
+    import subprocess
+
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent)
+    return proc.stdout.strip() or "unknown (not a git checkout)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.open_eval",
+                                description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--corpus", type=Path, default=CORPUS)
+    p.add_argument("--tables", type=int, help="this many tables, spread over the corpus (a quick run)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budgets", type=int, nargs="+", default=[10, 20])
+    p.add_argument("--strategies", nargs="+", default=["model", "random", "optuna-tpe", "smac"],
+                   choices=[*OURS, *PEERS])
+    p.add_argument("--compile-ahead", type=int, default=5)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", type=Path, default=OUT, help="where NAME.json and NAME.txt go")
+    p.add_argument("--name", default="open_eval")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "compileiq_build" / "open_eval",
+                   help="fitted priors, by a digest of their training tables")
+    p.add_argument("--judge", action="store_true", help="judge the landscape on held-out rows instead")
+    p.add_argument("--resume", action="store_true", help="keep the tables already in NAME.jsonl")
+    p.add_argument("--report-only", action="store_true",
+                   help="write NAME.json and NAME.txt from the tables in NAME.jsonl, running none")
+    args = p.parse_args(argv)
+    command = "python -m benchmarks.open_eval " + " ".join(argv if argv is not None else sys.argv[1:])
+    paths = table_paths(args.corpus, args.tables)
+    all_paths = table_paths(args.corpus)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    if args.judge:
+        j = judge(paths)
+        lines = [f"$ {command}", f"commit {_commit()}, {len(paths)} tables", *judge_lines(j)]
+        (args.out / f"{args.name}.json").write_text(json.dumps({"command": command, **j}, indent=1) + "\n")
+    else:
+        # Each table's result is appended as it comes (NAME.jsonl): --resume skips those done.
+        partial = args.out / f"{args.name}.jsonl"
+        done = ({(r := json.loads(line))["table"]: r for line in partial.read_text().splitlines()}
+                if (args.resume or args.report_only) and partial.is_file() else {})
+        if args.report_only:
+            paths = [q for q in paths if q.stem in done]
+        elif not args.resume:
+            partial.write_text("")
+        results = [done[q.stem] for q in paths if q.stem in done]
+        todo = [q for q in paths if q.stem not in done]
+        projects = {q: read_table(q).project for q in all_paths}
+        wanted = sorted({projects[q] for q in todo}) if "model" in args.strategies else []
+        with ProcessPoolExecutor(args.jobs) as pool:
+            # Fitted in workers: LightGBM's OpenMP threads here would hang the workers forked after.
+            priors = dict(zip(wanted, pool.map(prior_for, wanted, [all_paths] * len(wanted),
+                                               [args.cache] * len(wanted)), strict=True))
+        pooled = pooled_residuals(all_paths) if todo else {}
+        jobs = [(q, pooled, priors.get(projects[q]), args.budgets, args.seeds, args.strategies,
+                 args.compile_ahead) for q in todo]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for r in pool.map(evaluate_table, jobs):
+                results.append(r)
+                with partial.open("a") as f:
+                    f.write(json.dumps(r) + "\n")
+                top = str(max(args.budgets))
+                shown = ", ".join(f"{m} {statistics.median(v[top]):.2f}" for m, v in r["at"].items())
+                print(f"{r['table']}: optimum {100 * r['optimum_gain']:.1f}% ({r['cpu_s']} s): {shown}",
+                      file=sys.stderr, flush=True)
+        unavailable = {m: why for r in results for m, why in r["unavailable"].items()}
+        gains = [r["optimum_gain"] for r in results]
+        plain = [r["optimum_gain_without_residuals"] for r in results]
+        recorded = [r["table_optimum_gain"] for r in results]
+        lines = [f"$ {command}", f"commit {_commit()}, {len(paths)} tables, {args.seeds} seeds, "
+                 f"budgets {args.budgets}, compile-ahead {args.compile_ahead}",
+                 f"optimum gain, median over tables: landscape {100 * statistics.median(gains):.2f}%, "
+                 f"without the residual draws {100 * statistics.median(plain):.2f}%, best recorded row "
+                 f"{100 * statistics.median(recorded):.2f}%",
+                 *(f"{m} unavailable: {why}" for m, why in unavailable.items()), "",
+                 *summary(results, args.budgets), *failure_lines(results)]
+        (args.out / f"{args.name}.json").write_text(
+            json.dumps({"command": command, "commit": _commit(), "results": results}, indent=1) + "\n")
+    lines.append(f"wall {time.monotonic() - started:.0f} s")
+    (args.out / f"{args.name}.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

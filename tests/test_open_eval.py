@@ -1,0 +1,81 @@
+"""The open evaluation's landscape (benchmarks/open_eval.py) on a recorded corpus table."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from benchmarks import open_eval
+from benchmarks.search_replay import load_table
+
+TABLE = open_eval.CORPUS / "HeCBench__bsearch__kernel_BS.csv"
+
+
+def _land() -> open_eval.Landscape:
+    return open_eval.Landscape(load_table(TABLE), TABLE.stem)
+
+
+def _moves(table, same_as_baseline: bool) -> list[tuple[str, str]]:
+    """The table's one-option moves whose code is (or is not) the baseline's."""
+    base = table.codes[table.baseline]
+    out = []
+    for row, code in zip(table.rows, table.codes, strict=True):
+        changed = [(d, v) for d, v in row.items() if v != "default"]
+        if len(changed) == 1 and (code == base) == same_as_baseline:
+            out.append(changed[0])
+    return out
+
+
+def test_a_recorded_row_is_answered_exactly():
+    table, land = load_table(TABLE), _land()
+    for i in (table.baseline, 5, len(table.rows) - 1):
+        code, features = land.compile(table.rows[i])
+        assert code == table.codes[i] and features == table.features[i]
+        assert math.isclose(land.time(table.rows[i]), table.times[i], rel_tol=1e-12)
+    assert land.borrowed == 0
+
+
+def test_passengers_keep_the_code_of_the_configuration_without_them():
+    table, land = load_table(TABLE), _land()
+    passengers = _moves(table, same_as_baseline=True)
+    movers = _moves(table, same_as_baseline=False)
+    assert passengers and movers  # the table has both kinds
+    (d, v), (pd, pv) = movers[0], next(p for p in passengers if p[0] != movers[0][0])
+    config = {d: v, pd: pv}
+    assert open_eval.indices(config).tolist() not in land.rows.tolist()  # not itself recorded
+    row = table.rows.index({**{n: "default" for n in table.dims}, d: v})
+    assert land.compile(config) == (table.codes[row], table.features[row])
+    assert math.isclose(land.time(config), table.times[row], rel_tol=1e-12)
+
+
+def test_a_new_code_is_deterministic_and_bounded_by_its_moves():
+    table = load_table(TABLE)
+    movers = _moves(table, same_as_baseline=False)
+    pooled = open_eval.pooled_residuals([TABLE])
+    first, second = (open_eval.Landscape(table, TABLE.stem, pooled) for _ in range(2))
+    # Three moves of other options whose combination no recorded row's code answers.
+    config = next(c for trio in itertools.combinations(movers, 3) if len({d for d, _ in trio}) == 3
+                  and first.answer(open_eval.indices(c := dict(trio))[None])[0][0] < 0)
+    code, features = first.compile(config)
+    assert code.startswith("new:") and code not in table.codes
+    assert (code, features) == second.compile(config) and first.borrowed == 1
+    assert first.time(config) == second.time(config)
+    # Another table's name is another seed: the same configuration draws another residual.
+    other = open_eval.Landscape(table, "another table", pooled)
+    assert other.compile(config)[0] != code
+    base = table.times[table.baseline]
+    effects = [math.log(table.times[table.rows.index({**{n: "default" for n in table.dims}, d: v})] / base)
+               for d, v in config.items()]
+    log = math.log(first.time(config) / base)
+    low, high = sum(min(e, 0) for e in effects), sum(max(e, 0) for e in effects)
+    assert low - open_eval.S0 <= log <= high + open_eval.S0
+
+
+def test_the_optimum_is_at_least_the_best_recorded_row():
+    table, land = load_table(TABLE), _land()
+    optimum, without_residuals = land.optimum()
+    assert optimum <= min(table.times) + 1e-12 and without_residuals <= min(table.times) + 1e-12
+    row, _, log = land.answer(open_eval.whole_space()[:1000])
+    assert np.all(np.isfinite(log)) and (row >= 0).any()
