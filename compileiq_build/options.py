@@ -110,8 +110,8 @@ class TuneOptions:
         help="candidates compiled per target, at most (default 10 times the budget)"))
     time_limit: float | None = field(default=None, metadata=Option(
         flag="--time-limit", group="search", type=duration,
-        help="end the run within this long (90s, 30m, 2h): the search stops early enough to "
-        "validate its best candidate"))
+        help="end the run within this long (90s, 30m, 2h), validating and minimizing included: "
+        "the search keeps the time they take, at most a quarter"))
     strategy: str = field(default="model", metadata=Option(
         flag="--strategy", group="search", choices=STRATEGIES,
         help="search strategy (default %(default)s; model: one-option moves, their combination, then "
