@@ -23,8 +23,8 @@ CUDA space (120,960 configurations) that answers any configuration from the tabl
 
 `evaluate` runs, per table, our default strategy ('model', with a prior fitted leave-one-project-
 out as prior_validation does, cached), 'model-noprior', 'random' and the peers (TPE, SMAC3 where
-installed) at each budget and seed, through a loop of `search_replay.run_ours`'s kind (open
-context, compile-ahead, vet, candidate bound), until search/loop.py exposes one for replays.
+installed) at each budget and seed, in an open context through `tune`'s own loop
+(search/loop.py's `drive`; the peers as its strategies, peers.PeerStrategy).
 
     python -m benchmarks.open_eval [--tables N] [--seeds 3] [--budgets 10 20] [--jobs 2]
         [--strategies ...] [--out benchmarks/results/search/open] [--judge]
@@ -33,7 +33,6 @@ context, compile-ahead, vet, candidate bound), until search/loop.py exposes one 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import math
@@ -47,12 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.peers import PEERS, BudgetSpent, Free, PeerUnavailable
+from benchmarks.peers import PEERS, PeerStrategy, PeerUnavailable
 from benchmarks.search_replay import Table, load_table
 from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key, dimensions_for
-from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
+from compileiq_build.search.loop import Measured, drive
 from compileiq_build.search.prior import FEATURES, FORMAT, PARAMS, ROUNDS, Prior, fit, read_table
-from compileiq_build.search.strategies import Candidate, Context, Proposal, Strategy, Trial, make_strategy
+from compileiq_build.search.strategies import Candidate, Strategy, Trial, make_strategy
+from compileiq_build.search.target import search_strategy
 
 CORPUS = Path(__file__).parent / "corpus" / "tables"
 OUT = Path(__file__).parent / "results" / "search" / "open"
@@ -247,71 +247,38 @@ def pooled_residuals(paths: Sequence[Path]) -> dict[int, np.ndarray]:
 
 # -- the search on a landscape ---------------------------------------------------------------
 def _search(land: Landscape, strategy: Strategy, budget: int, ahead: int) -> tuple[list[float], list[Trial]]:
-    """Times measured, in order, and the trials, by one of our strategies in an open context:
-    `search_replay.run_ours`'s loop (compile-ahead by `scout`, `vet`, the candidate bound)."""
+    """Times measured, in order, and the trials, by a strategy in an open context through `tune`'s
+    loop (loop.drive: the budget in distinct codes, the candidate bound, vetting, compiling
+    ahead): compiling answers the landscape's code and features, measuring its time."""
     table = land.table
-    base_features = table.features[table.baseline]
     spreads = [s for s in table.spreads if s is not None]
     typical = statistics.median(spreads) if spreads else None
-    compiled: dict[str, Candidate] = {}
-    history: list[Trial] = []
-    measured: dict[str, float] = {land.base_code: land.base}
     times: list[float] = []
 
     def compile_(config: Config) -> Candidate:
-        key = config_key(SPACE.full_config(config))
-        if key not in compiled:
-            code, features = land.compile(config)
-            compiled[key] = Candidate(config, code, features)
-        return compiled[key]
+        code, features = land.compile(config)
+        return Candidate(config, code, features)
 
-    def context() -> Context:
-        return Context(SPACE, history, list(compiled.values()), budget=budget, baseline_code=land.base_code,
-                       baseline_features=base_features)
-
-    scout, vet = getattr(strategy, "scout", None), getattr(strategy, "vet", None)
-    turned_down = 0
-    while len(times) < budget and len(history) + turned_down < CANDIDATES_PER_EVALUATION * budget:
-        if ahead and scout is not None:
-            for config in scout(context(), ahead):
-                compile_(config)
-        proposal = strategy.propose(context())
-        if not isinstance(proposal, Proposal):
-            break
-        candidate = compile_(proposal.config)
-        if vet is not None and vet(context(), proposal, candidate):
-            turned_down += 1
-            continue
-        code = candidate.code
-        if code not in measured:  # a code measured before costs no evaluation
-            measured[code] = land.time(proposal.config)
-            times.append(measured[code])
-        ratio = measured[code] / land.base
-        row = land.answer(indices(proposal.config)[None])[0][0]
+    def measure(config: Config, code: str) -> Measured:
+        times.append(t := land.time(config))
+        row = land.answer(indices(config)[None])[0][0]
         spread = table.spreads[int(land.row_ids[row])] if row >= 0 else typical
-        history.append(Trial(proposal.config, ratio, ratio < 1.0, spread, code,
-                             phase=proposal.phase, parent=proposal.parent))
-    return times, history
+        return Measured(t / land.base, t < land.base, spread)
+
+    proposals = drive(strategy, SPACE, budget, compile_, measure, baseline_code=land.base_code,
+                      baseline_features=table.features[table.baseline], compile_ahead=ahead)
+    return times, proposals.history()[0]
 
 
 def _peer(land: Landscape, name: str, budget: int, seed: int) -> list[float]:
-    """A peer's measured times: a code measured before answers free, as for our strategies."""
-    measured: dict[str, float] = {land.base_code: land.base}
-    times: list[float] = []
-
-    def evaluate(config: dict[str, str]) -> float:
-        code, _ = land.compile(config)
-        if code in measured:
-            return Free(measured[code])
-        if len(times) >= budget:
-            raise BudgetSpent
-        measured[code] = land.time(config)
-        times.append(measured[code])
-        return measured[code]
-
-    with contextlib.suppress(BudgetSpent):
-        PEERS[name]({n: list(v) for n, v in zip(NAMES, VALUES, strict=True)}, evaluate, budget, seed)
-    return times
+    """A peer's measured times, through the same loop (benchmarks/peers.py's PeerStrategy)."""
+    dims = {n: list(v) for n, v in zip(NAMES, VALUES, strict=True)}
+    strategy = PeerStrategy(name, PEERS[name], dims, budget, seed,
+                            lambda labels: {f"CUDA:{n}": v for n, v in labels.items()}, land.base)
+    try:
+        return _search(land, strategy, budget, 0)[0]
+    finally:
+        strategy.close()
 
 
 # -- priors left out of the table's project, cached ------------------------------------------
@@ -383,13 +350,16 @@ def evaluate_table(job: Job) -> dict:
                  "table_optimum_gain": base / best_row - 1, "at": {}, "phases": {}, "unavailable": {}}
     prior = _load_prior(prior_path) if prior_path is not None else None
     top = max(budgets)
+    base_features = land.table.features[land.table.baseline]
     for name in strategies:
         runs: dict[str, list[float]] = {str(b): [] for b in budgets}
         try:
             for seed in range(seeds):
                 if name in ("model", "model-noprior"):
                     for b in budgets:
-                        strategy = make_strategy("model", seed, (), prior if name == "model" else None)
+                        # As tune makes it: the prior where the space and the baseline's features allow.
+                        strategy = (search_strategy("model", seed, SPACE, base_features, lambda: prior)[0]
+                                    if name == "model" else make_strategy("model", seed))
                         times, history = _search(land, strategy, b, ahead)
                         runs[str(b)].append(_fraction(base, optimum, times))
                         if b == top:
