@@ -137,3 +137,54 @@ def test_html_report_renders_its_charts_in_chromium(tuned, tmp_path):
     speedups = [float(v) for v in order.split()]
     assert len(speedups) == 5 and speedups == sorted(speedups), order  # ascending after one click
     assert 'data-order="ascending"' in dom
+
+
+def test_html_report_says_what_ships(tuned, tmp_path):
+    text = _html(tuned, tmp_path / "report.html")
+    source = tuned.parent
+    assert f"Toolchain file: <code>{source / 'compileiq-toolchain.cmake'}</code>." in text
+    ships = text[text.index('<table class="ships">'):]
+    ships = ships[:ships.index("</table>")]
+    (flags,) = re.findall(r"^  flags:  (.+)$", report(tuned), re.M)
+    assert "<th>CXX: the project's flags</th><td><code>-O0</code></td>" in ships  # the fixture's own
+    assert f"<th>CXX: shipped, added after them</th><td><code>{flags}</code></td>" in ships
+    times = text[text.index('<table class="times">'):]
+    assert re.search(r"<td>saxpy\[200000 30\]</td><td>\d+\.?\d* ms \(spread \d+\.\d+%, n=\d+\)</td>"
+                     r"<td>\d+\.?\d* ms \(spread", times), times[:600]
+    # The search's best stands above the shipped re-measurement, and the page says why.
+    best = max(float(v) for v in re.findall(r'<td data-sort="(\d+\.\d+)">', text))
+    (shipped,) = re.findall(r"Winner: (\d+\.\d+)x", text)
+    if best > float(shipped):
+        assert f"The search's best measurement, {best:.3f}x" in text and "(selection bias)" in text
+    # Candidates reusing another's code are not counted as findings again; numbered as the log counts.
+    assert "5 candidates measured (4 distinct machine codes)" in text  # -funroll-loops alone: the baseline's
+    assert [int(n) for n in re.findall(r'<tr><td data-sort="(\d+)">', text)] == [1, 2, 3, 4, 5]
+    assert re.search(r"Noise: the baseline's runs spread by a median \d+\.\d+%", text)
+    assert "no other process was seen using the GPU or the CPU while measuring" in text
+
+
+# Records whether the page is wider than the window, and where the "What ships" table lies.
+_LAPTOP = """<script>window.addEventListener("load", () => {
+  const ships = document.querySelector("table.ships").getBoundingClientRect();
+  const overflow = document.documentElement.scrollWidth - window.innerWidth;
+  document.body.setAttribute("data-overflow", String(overflow));
+  document.body.setAttribute("data-ships", `${Math.round(ships.width)} ${Math.round(ships.right)}`);
+});</script></body>"""
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_report_fits_a_laptop_screen(tuned, tmp_path):
+    page = tmp_path / "laptop.html"
+    page.write_text(_html(tuned, tmp_path / "report.html").replace("</body>", _LAPTOP))
+    laptop = "--window-size=1280,800"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", laptop, "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    (overflow,) = re.findall(r'data-overflow="(-?\d+)"', dom)
+    width, right = map(int, re.findall(r'data-ships="(\d+) (\d+)"', dom)[0])
+    assert int(overflow) <= 0, overflow  # no sideways scrolling at 1280 pixels
+    assert width > 0 and right <= 1280
+    shot = tmp_path / "laptop.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", laptop,
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    faster, _ = _bar(shot, "#2f855a")  # the verdict bars drawn within the window
+    assert shot.is_file() and faster > 0

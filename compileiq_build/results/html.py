@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import html
 import math
+import shlex
+import statistics
+import subprocess
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +34,11 @@ from compileiq_build.decide.selection import (
     pairs,
     remeasured,
 )
+from compileiq_build.decide.stats import relative_spread
+from compileiq_build.machine.environment import find_tool
 from compileiq_build.machine.gpu import shared_gpu_lines, slowdowns
+from compileiq_build.project.manifest import Project, load_project
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.results.effects import (
     Move,
     Removal,
@@ -40,6 +47,7 @@ from compileiq_build.results.effects import (
     removals,
     speedup_text,
 )
+from compileiq_build.results.toolchain import DEFAULT_NAME
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store
 
@@ -51,7 +59,7 @@ _VERDICT_COLORS = {"faster": "#2f855a", "neutral": "#a0aec0", "slower": "#c05621
 class CandidateRow:
     """One measured candidate of the search, as the candidates table shows it."""
 
-    id: int
+    id: int  # the target's candidate number, in the order the search measured them
     flags: str
     verdict: str
     speedup: float | None  # geometric mean over workloads; None when invalid
@@ -61,16 +69,37 @@ class CandidateRow:
     note: str  # why it has no samples of its own
 
 
-def _candidate_row(o: Outcome) -> CandidateRow:
+def _candidate_row(o: Outcome, number: int, numbers: dict[int, int]) -> CandidateRow:
+    """`number`: the candidate's among its target's; `numbers`: store id -> that number."""
     row = o.evaluation
     flags = " ".join(f for fl in row.flags.values() for f in fl) or "(the project's flags)"
     own = o.valid and row.same_as != SAME_AS_BASELINE
+    twin = f"#{numbers[row.same_as]}" if row.same_as in numbers else "an earlier measurement"
     note = ("same machine code as the baseline: not run" if row.same_as == SAME_AS_BASELINE
-            else f"same machine code as #{row.same_as}: its samples" if row.same_as is not None else "")
-    return CandidateRow(row.id, flags, o.verdict if row.same_as != SAME_AS_BASELINE else "same code",
+            else f"same machine code as {twin}: its samples" if row.same_as is not None else "")
+    return CandidateRow(number, flags, o.verdict if row.same_as != SAME_AS_BASELINE else "same code",
                         1 / o.ratio if o.ratio else None, estimates_text(o.estimates) if own else "",
                         min((e.pairs for e in o.estimates.values()), default=0) if own else 0,
                         row.digest[:12], note)
+
+
+@dataclass(frozen=True)
+class WorkloadTimes:
+    workload: str
+    baseline: str  # median as the benchmark reports it, with its spread
+    tuned: str
+
+
+@dataclass(frozen=True)
+class Ships:
+    """What a target ships, as the report says it: the flags before and after, the shipped
+    configuration's re-measured times, and the search's best, which stands above them."""
+
+    baseline_flags: dict[str, str]  # language -> the project's own compile options ('' unknown)
+    flags: dict[str, str]  # language -> the shipped flags (none without a winner)
+    times: list[WorkloadTimes]
+    search_best: float | None  # the best speedup the search measured (best of many: biased high)
+    noise: float | None  # median relative spread of the baseline's runs, over the search
 
 
 @dataclass(frozen=True)
@@ -88,6 +117,9 @@ class TargetView:
     removals: list[Removal]
     candidates: list[CandidateRow]
     kernels: list[str]  # where the baseline's GPU time goes (profile.table_lines)
+    codes: int  # distinct machine codes measured by the search (the baseline's not counted)
+    reused: int  # candidates that compiled to a code measured before and took its samples
+    ships: Ships
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
@@ -204,9 +236,77 @@ def speedup_chart(winner: Winner) -> str:
     return _svg(w, h, "".join(body), "speedup per workload with 95% interval")
 
 
-def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
+def _median(values: list[float], rate: bool) -> str:
+    if not values:
+        return "n/a"
+    med = statistics.median(values)
+    shown = f"{med:.6g}" if rate else f"{1e3 * med:.6g} ms"
+    return f"{shown} (spread {100 * relative_spread(values):.2f}%, n={len(values)})"
+
+
+def _times(store: Store, decision: Winner, rates: set[str]) -> list[WorkloadTimes]:
+    """The shipped configuration's re-measurement: baseline and tuned medians per workload."""
+    values: dict[tuple[str, str], list[float]] = {}
+    for workload, role, value in store.values(decision.evidence):
+        values.setdefault((workload, role), []).append(value)
+    return [WorkloadTimes(g.workload, _median(values.get((g.workload, "baseline"), []), g.workload in rates),
+                          _median(values.get((g.workload, "candidate"), []), g.workload in rates))
+            for g in decision.gains]
+
+
+def _noise(store: Store, searched: Sequence[Outcome]) -> float | None:
+    """The median relative spread of the baseline's runs of each search evaluation and workload."""
+    spreads = []
+    for o in searched:
+        if o.evaluation.same_as is None:
+            base: dict[str, list[float]] = {}
+            for workload, role, value in store.values(o.evaluation.id):
+                if role == "baseline":
+                    base.setdefault(workload, []).append(value)
+            spreads += [relative_spread(v) for v in base.values() if len(v) > 1]
+    return statistics.median(spreads) if spreads else None
+
+
+def baseline_flags(build_dir: Path, project: Project, target: str) -> dict[str, str]:
+    """The compile options the project gives the target's sources, per language, as ninja runs
+    them in the tuning's baseline tree (less its outputs, includes and CompileIQ's own file);
+    empty where that tree or ninja is gone."""
+    tree, ninja = Workspace(build_dir).work / "baseline", find_tool("ninja")
+    unit = next((t for t in project.targets if t.name == target), None)
+    if unit is None or ninja is None or not (tree / "build.ninja").is_file():
+        return {}
+    try:
+        lines = subprocess.run([ninja, "-C", str(tree), "-t", "commands", unit.cmake_target],
+                               capture_output=True, text=True, timeout=60).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    drop_next = {"-o", "-c", "-MT", "-MF", "-x", "-I", "-isystem", "--options-file"}
+    found: dict[str, str] = {}
+    suffixes = {"CUDA": ".cu.o", "CXX": ".o"}
+    for line in lines:
+        words = shlex.split(line) if f"{unit.cmake_target}.dir/" in line else []
+        if "-c" not in words:
+            continue
+        out = words[words.index("-o") + 1] if "-o" in words else ""
+        lang = "CUDA" if out.endswith(suffixes["CUDA"]) else "CXX"
+        kept, skip = [], False
+        for w in words[1:]:
+            if skip:
+                skip = False
+            elif w in drop_next:
+                skip = True
+            elif not w.startswith(("@", "-I", "-MD", "-isystem")) and w.startswith("-"):
+                kept.append(w)
+        found.setdefault(lang, " ".join(kept))
+    return {lang: flags for lang, flags in found.items() if lang in unit.languages}
+
+
+def _view(store: Store, target: str, arch: dict[str, str], project: Project | None = None,
+          build_dir: Path | None = None) -> TargetView:
     searched = outcomes(store, target, arch, "search")
-    verdicts = Counter(o.verdict for o in searched)
+    # A candidate of a code measured before took that one's samples: it is not another finding.
+    own = [o for o in searched if o.evaluation.same_as is None or o.evaluation.same_as == SAME_AS_BASELINE]
+    verdicts = Counter(o.verdict for o in own)
     failures = [(o.evaluation.config_key, o.error.strip().splitlines()[0][:200] if o.error.strip() else "")
                 for o in searched if not o.valid]
     series: dict[str, list[float]] = {}
@@ -220,6 +320,15 @@ def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
     counts = [(v, float(verdicts.get(v, 0))) for v in order]
     decision = decide(store, target, arch)
     measured = searched + remeasured(store, target, arch)
+    numbers = {o.evaluation.id: i for i, o in enumerate(searched, 1)}
+    rates = {b.workload for b in project.benchmarks if b.higher_is_better} if project else set()
+    faster = [1 / o.ratio for o in searched if o.faster and o.ratio]
+    ships = Ships(
+        baseline_flags=baseline_flags(build_dir, project, target) if project and build_dir else {},
+        flags=({lang: " ".join(f) for lang, f in decision.flags.items()}
+               if isinstance(decision, Winner) else {}),
+        times=_times(store, decision, rates) if isinstance(decision, Winner) else [],
+        search_best=max(faster) if faster else None, noise=_noise(store, searched))
     return TargetView(
         target=target, arch=", ".join(sorted(arch.values())), decision=decision, measured=len(searched),
         verdicts=dict(verdicts), failures=failures,
@@ -228,8 +337,10 @@ def _view(store: Store, target: str, arch: dict[str, str]) -> TargetView:
         speedup_svg=speedup_chart(decision) if isinstance(decision, Winner) else "",
         moves=one_option_moves(measured),
         removals=removals(decision, measured) if isinstance(decision, Winner) else [],
-        candidates=[_candidate_row(o) for o in searched],
-        kernels=table_lines(store.kernel_times(cmake_target_of(target), arch)))
+        candidates=[_candidate_row(o, numbers[o.evaluation.id], numbers) for o in searched],
+        kernels=table_lines(store.kernel_times(cmake_target_of(target), arch)),
+        codes=len({o.evaluation.id for o in own if o.evaluation.same_as is None}),
+        reused=len(searched) - len(own), ships=ships)
 
 
 def _gpu_ranges(store: Store) -> dict[str, Any]:
@@ -249,15 +360,35 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("compileiq_build.results",
 _ENV.tests["instanceof"] = isinstance
 
 
-def render_html(store: Store, title: str) -> str:
-    views = [_view(store, target, arch) for target, arch in pairs(store)]
+def toolchain_path(sessions: Sequence[tuple[int, float, str, dict[str, object]]], project: Project) -> Path:
+    """Where the last `tune` wrote the toolchain file: its --output, else the default."""
+    for _, _, command, _ in reversed(sessions):
+        words = shlex.split(command)
+        if "tune" not in words:
+            continue
+        for i, w in enumerate(words):
+            if w.startswith("--output="):
+                return Path(w.split("=", 1)[1])
+            if w == "--output" and i + 1 < len(words):
+                return Path(words[i + 1])
+        break
+    return project.source_dir / DEFAULT_NAME
+
+
+def render_html(store: Store, title: str, build_dir: Path | None = None) -> str:
+    """The report; with the build folder it also says what ships where (the toolchain file,
+    the project's own flags of each target)."""
+    project = load_project(build_dir) if build_dir else None
+    views = [_view(store, target, arch, project, build_dir) for target, arch in pairs(store)]
     sessions = store.sessions()
     env = sessions[-1][3] if sessions else {}
+    toolchain = toolchain_path(sessions, project) if project else None
     return _ENV.get_template("report.html.j2").render(
         title=title, version=__version__, views=views, env=env, gpu_ranges=_gpu_ranges(store),
         sessions=len(sessions), shared_gpu=shared_gpu_lines(sessions), Winner=Winner,
-        speedup_text=speedup_text, estimates_text=estimates_text)
+        speedup_text=speedup_text, estimates_text=estimates_text, toolchain=toolchain,
+        toolchain_exists=bool(toolchain and toolchain.is_file()), cpu_load=env.get("cpu_load", []))
 
 
-def write_html(store: Store, path: Path, title: str) -> None:
-    path.write_text(render_html(store, title), encoding="utf-8")
+def write_html(store: Store, path: Path, title: str, build_dir: Path | None = None) -> None:
+    path.write_text(render_html(store, title, build_dir), encoding="utf-8")

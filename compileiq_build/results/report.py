@@ -246,7 +246,7 @@ def html(build_dir: Path, path: Path) -> Path:
 
     store = _open(build_dir)
     try:
-        write_html(store, path, f"Tuning report: {load_project(build_dir.resolve()).name}")
+        write_html(store, path, f"Tuning report: {load_project(build_dir.resolve()).name}", build_dir)
     except OSError as exc:
         raise CompileIQError(f"cannot write the HTML report {path}: {exc.strerror or exc}") from None
     finally:
