@@ -12,14 +12,16 @@ compiling ahead).  Reported:
   top 1 and the best of its top 3, against a random pick (the expectation over the table's rows);
 - "predicted gain beyond the noise": precision (share of the rows it says so of that measure
   faster) and coverage (share of the kernels with a gain >= 1% where it says so of some row);
-  the shipped recipe says so where it predicts a gain > 2%;
+  the shipped recipe says so where it predicts a gain > 2%, a calibrated one where it is
+  `confident` (prior.Prior.confident);
 - where a recipe gives a spread: the share of measured log ratios within 1 and 2 sd of the mean.
 
 Recipes (`--recipe`, several allowed): `shipped` (the package's `fit` of format 1: one booster,
-its prediction as is; its trees are those of the shipped data/prior.txt).
+its prediction as is), `current` (the package's `fit` and `Prior.predict_interval` as they are
+now), and variants of the current one for the features/objective ablations (see RECIPES).
 
     python -m benchmarks.prior_oop benchmarks/corpus/tables [--by project|program] [--compiled]
-        [--recipe shipped] [--json out.json]
+        [--recipe shipped current ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,7 +36,17 @@ from pathlib import Path
 
 import numpy as np
 
-from compileiq_build.search.prior import CLIP, KernelTable, encode, read_table
+from compileiq_build.search.prior import (
+    CLIP,
+    FLOOR,
+    INPUTS,
+    KernelTable,
+    Prior,
+    confident,
+    encode,
+    fit,
+    read_table,
+)
 
 NOISE = math.log(1.02)  # "a gain beyond the noise"
 FASTER, SLOWER = -math.log(1.01), math.log(1.01)
@@ -92,7 +104,28 @@ def fit1(train: Sequence[KernelTable]):
     return lightgbm.train(params, data, num_boost_round=300)
 
 
-RECIPES: dict[str, Recipe] = {"shipped": shipped}
+def current(inputs: Sequence[str] = INPUTS, floor: float = FLOOR) -> Recipe:
+    """The package's prior as it is (`prior.fit`, with these inputs and floor of the targets),
+    ranked by `predict_interval`'s mean before it abstains, saying so where `confident`."""
+    def recipe(train: Sequence[KernelTable]) -> Callable[[KernelTable, bool], tuple[np.ndarray, ...]]:
+        prior = Prior(fit(train, inputs, floor), {}, Path("held-out"))
+
+        def predict(table: KernelTable, compiled: bool) -> tuple[np.ndarray, ...]:
+            base = table.features[table.baseline]
+            features = table.features if compiled else [None] * len(table.configs)
+            mean, sd = prior.predict_interval(table.configs, features, base, abstain=False)
+            return mean, sd, confident(mean, sd) & (mean < 0)
+        return predict
+    return recipe
+
+
+RECIPES: dict[str, Recipe] = {
+    "shipped": shipped, "current": current(),
+    # Which inputs carry across projects, and a floor under the targets (one project's 3-5x gains).
+    "options": current(("opt_",)), "options+kind": current(("opt_", "kind_")),
+    "options+change": current(("opt_", "change_")), "floor-20%": current(floor=math.log(0.8)),
+    "options+kind floor-20%": current(("opt_", "kind_"), math.log(0.8)),
+}
 
 
 def held_out(tables: Sequence[KernelTable], groups: Sequence[str], recipe: Recipe,

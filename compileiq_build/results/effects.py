@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from compileiq_build.build.space import BASELINE, DEFAULT, config_key, dimensions_for
-from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, Winner
+from compileiq_build.decide.selection import SAME_AS_BASELINE, NoWinner, Outcome, Winner
 from compileiq_build.decide.stats import RatioEstimate
 
 NOT_ALONE = "not measured alone"
@@ -204,3 +205,33 @@ def removals(winner: Winner, measured: Sequence[Outcome]) -> list[Removal]:
         same = any(o.evaluation.digest in digests for o in found if o.evaluation.digest)
         result.append(Removal(f"{k}={v}", remaining, pick, gains, same))
     return result
+
+
+def predicted_lines(sessions: list[tuple[int, float, str, dict[str, object]]], target: str,
+                    decision: Winner | NoWinner) -> list[str]:
+    """What the prior predicted of the shipped configuration, option by option, as the last run
+    that decided it recorded (LightGBM's pred_contrib): a prediction, beside the measured effects."""
+    def recorded(env: dict[str, object], key: str) -> Any:
+        value = env.get(key)
+        return value.get(target) if isinstance(value, dict) else None
+
+    used = next((u for *_, env in reversed(sessions) if (u := recorded(env, "prior_used"))), None)
+    lines = [f"  prior of its last search: {used}"] if used else []
+    for *_, env in reversed(sessions):
+        found = recorded(env, "predicted")
+        if isinstance(decision, Winner) and found and found.get("config") == decision.config_key:
+            parts = sorted(found["contributions"].items(), key=lambda kv: kv[1])
+            shown = ", ".join(f"{k} {100 * math.expm1(v):+.1f}%" for k, v in parts)
+            lines.append(f"  Predicted by the prior ({found['prior']}; a prediction, not a measurement): "
+                         f"{100 * math.expm1(found['total']):+.1f}% in all; {shown}")
+            return lines + ([_uncertainty(found)] if "sd" in found else [])
+    return lines
+
+
+def _uncertainty(found: dict[str, Any]) -> str:
+    """The prior's time change with its 2 sd, and whether it spoke (prior.confident) or abstained."""
+    shown = f"{100 * math.expm1(found['mean']):+.1f}% +/- {100 * math.expm1(2 * found['sd']):.1f}% (2 sd)"
+    if found["confident"]:
+        return f"    its uncertainty: {shown}; beyond it, so the search took the prediction"
+    return (f"    it abstained: {shown} is within its uncertainty or the noise (2%), so the search "
+            "took no effect from it")

@@ -35,6 +35,7 @@ from compileiq_build.decide.selection import (
     remeasured,
 )
 from compileiq_build.decide.stats import relative_spread
+from compileiq_build.machine.cpu import cpu_load_lines
 from compileiq_build.machine.environment import find_tool
 from compileiq_build.machine.gpu import shared_gpu_lines, slowdowns
 from compileiq_build.project.manifest import Project, load_project
@@ -44,6 +45,7 @@ from compileiq_build.results.effects import (
     Removal,
     estimates_text,
     one_option_moves,
+    predicted_lines,
     removals,
     speedup_text,
 )
@@ -120,6 +122,7 @@ class TargetView:
     codes: int  # distinct machine codes measured by the search (the baseline's not counted)
     reused: int  # candidates that compiled to a code measured before and took its samples
     ships: Ships
+    predicted: list[str]  # what the prior predicted of the winner (effects.predicted_lines)
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
@@ -340,7 +343,8 @@ def _view(store: Store, target: str, arch: dict[str, str], project: Project | No
         candidates=[_candidate_row(o, numbers[o.evaluation.id], numbers) for o in searched],
         kernels=table_lines(store.kernel_times(cmake_target_of(target), arch)),
         codes=len({o.evaluation.id for o in own if o.evaluation.same_as is None}),
-        reused=len(searched) - len(own), ships=ships)
+        reused=len(searched) - len(own), ships=ships,
+        predicted=[line.strip() for line in predicted_lines(store.sessions(), target, decision)])
 
 
 def _gpu_ranges(store: Store) -> dict[str, Any]:
@@ -387,7 +391,7 @@ def render_html(store: Store, title: str, build_dir: Path | None = None) -> str:
         title=title, version=__version__, views=views, env=env, gpu_ranges=_gpu_ranges(store),
         sessions=len(sessions), shared_gpu=shared_gpu_lines(sessions), Winner=Winner,
         speedup_text=speedup_text, estimates_text=estimates_text, toolchain=toolchain,
-        toolchain_exists=bool(toolchain and toolchain.is_file()), cpu_load=env.get("cpu_load", []))
+        toolchain_exists=bool(toolchain and toolchain.is_file()), cpu_load=cpu_load_lines(sessions))
 
 
 def write_html(store: Store, path: Path, title: str, build_dir: Path | None = None) -> None:

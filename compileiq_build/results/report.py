@@ -9,7 +9,6 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from compileiq_build.build.space import DEFAULT, FlagSpace, Prober, build_space
 from compileiq_build.decide.selection import (
@@ -28,10 +27,17 @@ from compileiq_build.decide.selection import (
 )
 from compileiq_build.decide.stats import geometric_mean, relative_spread
 from compileiq_build.errors import CompileIQError
+from compileiq_build.machine.cpu import cpu_load_lines
 from compileiq_build.machine.gpu import shared_gpu_lines
 from compileiq_build.project.manifest import load_project
 from compileiq_build.project.workspace import Workspace
-from compileiq_build.results.effects import estimates_text, one_option_moves, removals, speedup_text
+from compileiq_build.results.effects import (
+    estimates_text,
+    one_option_moves,
+    predicted_lines,
+    removals,
+    speedup_text,
+)
 from compileiq_build.results.toolchain import DEFAULT_NAME, measured_codes, provenance, render, write
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store, read_store
@@ -86,26 +92,6 @@ def _effect_lines(measured: list[Outcome], decision: Winner | NoWinner) -> list[
     return lines
 
 
-def _predicted_lines(sessions: list[tuple[int, float, str, dict[str, object]]], target: str,
-                     decision: Winner | NoWinner) -> list[str]:
-    """What the prior predicted of the shipped configuration, option by option, as the last run
-    that decided it recorded (LightGBM's pred_contrib): a prediction, beside the measured effects."""
-    def recorded(env: dict[str, object], key: str) -> Any:
-        value = env.get(key)
-        return value.get(target) if isinstance(value, dict) else None
-
-    used = next((u for *_, env in reversed(sessions) if (u := recorded(env, "prior_used"))), None)
-    lines = [f"  prior of its last search: {used}"] if used else []
-    for *_, env in reversed(sessions):
-        found = recorded(env, "predicted")
-        if isinstance(decision, Winner) and found and found.get("config") == decision.config_key:
-            parts = sorted(found["contributions"].items(), key=lambda kv: kv[1])
-            shown = ", ".join(f"{k} {100 * math.expm1(v):+.1f}%" for k, v in parts)
-            return [*lines, f"  Predicted by the prior ({found['prior']}; a prediction, not a measurement): "
-                    f"{100 * math.expm1(found['total']):+.1f}% in all; {shown}"]
-    return lines
-
-
 def report(build_dir: Path) -> str:
     rates = {b.workload for b in load_project(build_dir.resolve()).benchmarks if b.higher_is_better}
     store = _open(build_dir)
@@ -138,7 +124,7 @@ def report(build_dir: Path) -> str:
                 lines.append(f"  {pending_text(decision)}")
             measured = searched + remeasured(store, target, arch)
             lines += _effect_lines(measured, decision)
-            lines += _predicted_lines(store.sessions(), target, decision)
+            lines += predicted_lines(store.sessions(), target, decision)
             cmake = cmake_target_of(target)
             if (cmake, str(arch)) not in profiled and (kernels := store.kernel_times(cmake, arch)):
                 profiled.add((cmake, str(arch)))
@@ -150,6 +136,7 @@ def report(build_dir: Path) -> str:
                 lines += [f"where the baseline's GPU time goes in {cmake} ({archs}, ncu; not searched yet):",
                           *table_lines(store.kernel_times(cmake, arch))]
         lines += shared_gpu_lines(store.sessions())
+        lines += [f"warning: {line}" for line in cpu_load_lines(store.sessions())]
         return "\n".join(lines) if lines else "the store holds no evaluations yet"
     finally:
         store.close()

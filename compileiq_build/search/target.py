@@ -21,7 +21,7 @@ from compileiq_build.project.manifest import Project, Target
 from compileiq_build.results.progress import Reporter
 from compileiq_build.search.history import history, transfer
 from compileiq_build.search.loop import Proposals, run_search
-from compileiq_build.search.prior import Prior, for_space
+from compileiq_build.search.prior import Prior, confident, for_space
 from compileiq_build.search.strategies import Strategy, Trial, make_strategy
 
 
@@ -129,7 +129,8 @@ def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> No
 
 def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
               decision: Winner) -> dict[str, object]:
-    """What the prior predicted of the winner, option by option (pred_contrib), for the report."""
+    """What the prior predicted of the winner, option by option (pred_contrib), for the report:
+    with its sd and whether it was `confident` (else it abstained: the search took no effect)."""
     _, known = history(evaluator)
     ours = [c for c in known if config_key(space.full_config(c.config)) == decision.config_key]
     if prior is None or not ours or not evaluator.baseline_features:
@@ -137,5 +138,7 @@ def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
     config = space.full_config(ours[0].config)
     features = next((c.features for c in ours if c.features), None)
     contributions = prior.contributions(config, features, evaluator.baseline_features)
+    mean, sd = prior.predict_interval([config], [features], evaluator.baseline_features, abstain=False)
     return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
-            "contributions": contributions}
+            "contributions": contributions, "mean": float(mean[0]), "sd": float(sd[0]),
+            "confident": bool(confident(mean, sd)[0])}
