@@ -13,7 +13,8 @@ compiling ahead).  Reported:
 - "predicted gain beyond the noise": precision (share of the rows it says so of that measure
   faster) and coverage (share of the kernels with a gain >= 1% where it says so of some row);
   the shipped recipe says so where it predicts a gain > 2%, a calibrated one where it is
-  `confident` (prior.Prior.confident);
+  `confident` (prior.confident); and of the rows it says lose beyond the noise, the shares
+  measured slower and faster (a loss predicted where there is a gain hides it from the search);
 - where a recipe gives a spread: the share of measured log ratios within 1 and 2 sd of the mean.
 
 Recipes (`--recipe`, several allowed): `shipped` (the package's `fit` of format 1: one booster,
@@ -65,10 +66,11 @@ class Predicted:
     mean: np.ndarray
     sd: np.ndarray  # nan where the recipe gives none
     says: np.ndarray  # bool: the recipe says this row gains beyond the noise
+    loss: np.ndarray  # bool: ... loses beyond the noise
     options: np.ndarray  # options set per row
 
 
-# A recipe: training tables -> (held-out table, compiled) -> (mean, sd, says) per row of the table.
+# A recipe: training tables -> (held-out table, compiled) -> (mean, sd, speaks) per row of the table.
 Recipe = Callable[[Sequence[KernelTable]], Callable[[KernelTable, bool], tuple[np.ndarray, ...]]]
 
 
@@ -84,7 +86,7 @@ def shipped(train: Sequence[KernelTable]) -> Callable[[KernelTable, bool], tuple
 
     def predict(table: KernelTable, compiled: bool) -> tuple[np.ndarray, ...]:
         mean = np.minimum(booster.predict(_rows(table, compiled)), CLIP)
-        return mean, np.full(len(mean), np.nan), mean < -NOISE
+        return mean, np.full(len(mean), np.nan), np.abs(mean) > NOISE
     return predict
 
 
@@ -114,7 +116,7 @@ def current(inputs: Sequence[str] = INPUTS, floor: float = FLOOR) -> Recipe:
             base = table.features[table.baseline]
             features = table.features if compiled else [None] * len(table.configs)
             mean, sd = prior.predict_interval(table.configs, features, base, abstain=False)
-            return mean, sd, confident(mean, sd) & (mean < 0)
+            return mean, sd, confident(mean, sd)
         return predict
     return recipe
 
@@ -137,12 +139,12 @@ def held_out(tables: Sequence[KernelTable], groups: Sequence[str], recipe: Recip
         for table, g in zip(tables, groups, strict=True):
             if g != group:
                 continue
-            mean, sd, says = predict(table, compiled)
+            mean, sd, speaks = predict(table, compiled)
             keep = np.arange(len(table.times)) != table.baseline
             keep &= np.isfinite(table.log_ratios())
             options = np.array([sum(v != "default" for v in c.values()) for c in table.configs])
             out.append(Predicted(table.name, group, table.log_ratios()[keep], mean[keep], sd[keep],
-                                 says[keep].astype(bool), options[keep]))
+                                 (speaks & (mean < 0))[keep], (speaks & (mean > 0))[keep], options[keep]))
         print(f"  {group}: trained on {len(train)} tables", file=sys.stderr, flush=True)
     return out
 
@@ -173,6 +175,7 @@ def scores(predicted: Sequence[Predicted], min_gain: float = 0.01) -> dict[str, 
     m = np.concatenate([p.mean for p in predicted])
     sd = np.concatenate([p.sd for p in predicted])
     says = np.concatenate([p.says for p in predicted])
+    loss = np.concatenate([p.loss for p in predicted])
     options = np.concatenate([p.options for p in predicted])
     gain = -m
     calibration = []
@@ -215,6 +218,9 @@ def scores(predicted: Sequence[Predicted], min_gain: float = 0.01) -> dict[str, 
                  "measured": float(np.exp(y[says]).mean()) if says.any() else math.nan,
                  "slower": float((y[says] >= SLOWER).mean()) if says.any() else math.nan,
                  "coverage": float(np.mean(covered)), "of_many_options": int((says & many).sum())},
+        "loss": {"rows": int(loss.sum()),
+                 "slower": float((y[loss] >= SLOWER).mean()) if loss.any() else math.nan,
+                 "faster": float((y[loss] <= FASTER).mean()) if loss.any() else math.nan},
         "interval": {"rows": int(spread.sum()),
                      "within_1sd": float((np.abs(z) <= 1).mean()) if len(z) else math.nan,
                      "within_2sd": float((np.abs(z) <= 2).mean()) if len(z) else math.nan},
@@ -241,6 +247,8 @@ def summary(name: str, s: dict) -> list[str]:
               f"precision {100 * says['precision']:.0f}% measured faster, {100 * says['slower']:.0f}% slower "
               f"(mean measured {says['measured']:.3f}); coverage {100 * says['coverage']:.0f}% of the "
               f"kernels with a gain >= 1%",
+              f"- says 'loss beyond 2%' of {s['loss']['rows']} rows: {100 * s['loss']['slower']:.0f}% "
+              f"measured slower, {100 * s['loss']['faster']:.0f}% faster",
               f"- mean |error| of the log ratio: 1-2 options {s['abs_error']['1-2 options']:.3f}, "
               f">= 3 options {s['abs_error']['>=3 options']:.3f}"]
     if s["interval"]["rows"]:
