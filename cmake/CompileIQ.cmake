@@ -512,15 +512,18 @@ function(_compileiq_use_candidate_file tgt lang id sources out_file)
   if(NOT EXISTS "${file}")
     file(WRITE "${file}" "")
   endif()
-  # nvcc's option in two words, not --options-file=<file>: ccache reads the file's flags into
-  # its hash only so (and expands g++'s @file), else every candidate would get the baseline's
-  # object from the cache.  A target's options are de-duplicated, hence SHELL: there; a
-  # source's are not, and take no SHELL:.
-  set(words "@${file}")
-  set(opt "@${file}")
+  # Named relative to the build folder, where Ninja runs every command: the command is then
+  # the same in all of the driver's trees, and a tree seeded with another's objects rebuilds
+  # only those whose flags file differs.  nvcc's option in two words, not
+  # --options-file=<file>: ccache reads the file's flags into its hash only so (and expands
+  # g++'s @file), else every candidate would get the baseline's object from the cache.  A
+  # target's options are de-duplicated, hence SHELL: there; a source's are not, and take none.
+  file(RELATIVE_PATH rel "${CMAKE_BINARY_DIR}" "${file}")
+  set(words "@${rel}")
+  set(opt "@${rel}")
   if(lang STREQUAL "CUDA")
-    set(words --options-file "${file}")
-    set(opt "SHELL:--options-file \"${file}\"")
+    set(words --options-file "${rel}")
+    set(opt "SHELL:--options-file \"${rel}\"")
   endif()
   if(sources)  # a group's files of <lang>
     set(plain "${sources}")

@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from compileiq_build.build.trees import BuildTree
+from compileiq_build.project.manifest import load_project
+from compileiq_build.run.worker import BASELINE_SLOT, SCOUT_SLOT, local_workers
+
 TUNING = ("-DCOMPILEIQ_CANDIDATE_FLAGS=ON", "-DCOMPILEIQ_TUNING_ARCH=90")
 
 
@@ -57,3 +61,44 @@ def test_a_candidate_compiled_through_ccache_gets_its_own_object(lang, tmp_path,
     configure.build(build, obj)
     assert (build / obj).read_bytes() == baseline
     assert _hits(ccache) == 1  # the compiles did go through ccache
+
+
+def _compiled(log: str) -> list[str]:
+    """The objects a Ninja run compiled, from its progress lines."""
+    return sorted(line.rsplit(" ", 1)[-1] for line in log.splitlines() if " object " in line)
+
+
+@pytest.mark.parametrize("lang", ["CXX", "CUDA"])
+def test_a_candidate_trees_first_build_compiles_only_the_tuned_units_objects(lang, tmp_path, configure,
+                                                                             request):
+    """Seeded from the baseline tree's outputs, a candidate tree (and the scout tree) compiles
+    the tuned unit's objects alone, not the untuned library or the benchmark's."""
+    if lang == "CUDA":
+        nvcc = request.getfixturevalue("nvcc")
+        # ops:rest, a group of the same target, is tuned too, but not in this search.
+        src, unit, flags = "cuda_groups_project", "ops:scale", ["-G"]
+        defines = [f"-DCMAKE_CUDA_COMPILER={nvcc}"]
+        tuned, untuned = ["CMakeFiles/ops.dir/scale.cu.o"], ["copy.cu.o", "reduce.cu.o", "bench_ops.cu.o"]
+    else:
+        src, unit, flags, defines = "cxx_project", "saxpy", ["-O2"], []
+        tuned, untuned = ["CMakeFiles/saxpy.dir/saxpy.cpp.o"], ["untouched.cpp.o", "bench_saxpy.cpp.o"]
+    shutil.copytree(FIXTURES / src, tmp_path / "src")
+    build = tmp_path / "build"
+    configure(tmp_path / "src", build, *defines)
+    work = build / "compileiq" / "work"
+    [worker] = local_workers(load_project(build), work, [], 1)
+    worker.scout = BuildTree(worker.baseline.user, work / "scout")
+    worker.configure("90")
+    exe = worker.baseline.project.benchmarks[0].executable_target
+    baseline = worker.build(BASELINE_SLOT, unit, None, [exe], 600, None)
+    assert baseline.result.ok
+    assert all(any(o.endswith(u) for o in _compiled(baseline.result.log)) for u in untuned)
+    for slot in (0, SCOUT_SLOT):
+        first = worker.build(slot, unit, {lang: flags}, [exe], 600, None)
+        assert first.result.ok, first.result.log
+        assert _compiled(first.result.log) == tuned
+        assert first.digest != baseline.digest  # the candidate's own code
+    again = worker.build(0, unit, {lang: []}, [exe], 600, None)
+    assert _compiled(again.result.log) == tuned and again.digest == baseline.digest
+    run = worker.run(0, worker.baseline.project.benchmarks[0], 600)
+    assert run.ok or lang == "CUDA", run.error  # the seeded tree's executable works (no GPU here)

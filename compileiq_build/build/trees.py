@@ -3,13 +3,16 @@
 The user's build folder is never touched.  Each tree is a fresh configure of
 the same source with the user's cache entries, in candidate mode: a tuned
 target reads its flags from a file its objects depend on, so a new candidate
-is a file write plus a Ninja run that recompiles exactly the changed objects.
+is a file write plus a Ninja run that recompiles exactly the changed objects.  A tree's
+first build starts from the baseline tree's outputs (`seed_from`), so that it compiles only
+the tuned unit's objects rather than the whole project again.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -24,6 +27,10 @@ from compileiq_build.project.workspace import Workspace
 _CACHE_LINE = re.compile(r"^([^#/][^:=]*):([A-Z]+)=(.*)$")
 # INTERNAL and STATIC entries belong to one build folder; these the driver sets itself.
 _SKIP = re.compile(r"^(CMAKE_GENERATOR.*|CMAKE_MAKE_PROGRAM|COMPILEIQ_.*)$")
+# The Ninja rules of CMake's compiles, links and archives (and C++ module scans): what a
+# tree seeded from another need not redo.  Custom commands, which may write more than they
+# declare, and CMake's own re-run are left out.
+_SEEDED_RULE = re.compile(r"_(COMPILER|LINKER|SCAN|DYNDEP)__|^CMAKE_SYMLINK_")
 
 
 def _bracket(text: str) -> str:
@@ -128,6 +135,47 @@ class BuildTree:
                     changed.add((target.name, lang))
         return changed
 
+    def seed_from(self, built: BuildTree, tuned: str = "") -> int:
+        """Before this tree's first build, copy the outputs of `built` (a tree of the same
+        project, configured alike) and Ninja's records of them: Ninja here then redoes only what
+        differs, the objects of the units whose flags file differs from the one there, the
+        objects of `tuned` (whose code and compile report the build is read for), and the links
+        after them, instead of a full build.  Returns how many outputs were copied: 0 when this
+        tree has built before."""
+        header, entries = _ninja_log(built.path / ".ninja_log")
+        if _ninja_log(self.path / ".ninja_log")[1] or not entries:
+            return 0
+        ninja = self.user.make_program or "ninja"
+        proc = process.run([ninja, "-C", str(built.path), "-t", "targets", "all"], 600)
+        if proc.returncode != 0:
+            return 0  # not worth failing for: the tree builds in full
+        seeded = {path for path, _, rule in (line.rpartition(": ") for line in proc.stdout.splitlines())
+                  if _SEEDED_RULE.search(rule) and not Path(path).is_absolute()}
+        kept = []
+        for entry in entries:
+            out = entry.split("\t")[3]
+            source, dest = built.path / out, self.path / out
+            if out not in seeded or not (source.is_file() or source.is_symlink()):
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.unlink(missing_ok=True)
+            shutil.copy2(source, dest, follow_symlinks=False)  # its time too, which Ninja compares
+            kept.append(entry)
+        for target in self.project.targets:  # Ninja compares the flags files' times
+            for lang, path in target.candidate_files.items():
+                there = built.project.target(target.name).candidate_files.get(lang)
+                if not path.is_file():
+                    continue
+                alike = there is not None and there.is_file() and there.read_bytes() == path.read_bytes()
+                if alike and target.name != tuned and there is not None:
+                    os.utime(path, ns=(there.stat().st_atime_ns, there.stat().st_mtime_ns))  # objects kept
+                else:
+                    os.utime(path)  # newer than the copied objects: they compile here
+        if (built.path / ".ninja_deps").is_file():
+            shutil.copy2(built.path / ".ninja_deps", self.path / ".ninja_deps")
+        (self.path / ".ninja_log").write_text("".join(f"{line}\n" for line in (header, *kept)))
+        return len(kept)
+
     def build(self, ninja_targets: Iterable[str], timeout: float, jobs: int | None = None) -> BuildResult:
         cmd = [self.user.make_program or "ninja", "-C", str(self.path)]
         if jobs:
@@ -142,3 +190,17 @@ class BuildTree:
         if proc.returncode != 0:
             return BuildResult(False, seconds, (proc.stdout + proc.stderr)[-3000:])
         return BuildResult(True, seconds, proc.stdout)
+
+
+def _ninja_log(log: Path) -> tuple[str, list[str]]:
+    """The header line of a Ninja log and its entries, the latest of each output (an output
+    rebuilt is listed again); none when there is no log."""
+    if not log.is_file():
+        return "", []
+    lines = log.read_text(errors="replace").splitlines()
+    latest = {}
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if len(fields) == 5:  # start, end, mtime, output, command hash (log v5 and later)
+            latest[fields[3]] = line
+    return (lines[0] if lines else ""), list(latest.values())

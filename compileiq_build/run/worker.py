@@ -74,6 +74,8 @@ class LocalWorker:
         # The GPU by UUID: immune to CUDA_VISIBLE_DEVICES renumbering and to PCI order.
         self.env = {"CUDA_VISIBLE_DEVICES": gpu.uuid} if gpu else {}
         self.monitor = GpuMonitor(index=gpu.index) if gpu else GpuMonitor.disabled()
+        self._baseline_built = False
+        self._seeded: set[int] = set()  # the slots whose trees were seeded (or had built) already
 
     @property
     def slots(self) -> int:
@@ -109,10 +111,14 @@ class LocalWorker:
         """Compile `flags` for `target` in a slot (the baseline slot keeps the project's flags);
         the code's identity is that of `kernels` (the profiled hot ones) where they are found."""
         tree = self._tree(slot)
+        if slot != BASELINE_SLOT and self._baseline_built and slot not in self._seeded:
+            tree.seed_from(self.baseline, target)  # else its first build compiles the whole project
+            self._seeded.add(slot)
         changed = tree.write_flags({target: flags} if flags else {})
         result = tree.build(ninja_targets, timeout=timeout, jobs=jobs)
         if not result.ok:
             return Compiled(slot, result)
+        self._baseline_built = self._baseline_built or slot == BASELINE_SLOT
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
         unit = tree.project.target(target)
         code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log,
