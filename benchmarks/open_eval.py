@@ -50,7 +50,7 @@ from benchmarks.peers import PEERS, PeerStrategy, PeerUnavailable
 from benchmarks.search_replay import Table, load_table
 from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key, dimensions_for
 from compileiq_build.search.loop import Measured, drive
-from compileiq_build.search.prior import FEATURES, FORMAT, PARAMS, ROUNDS, Prior, fit, read_table
+from compileiq_build.search.prior import FEATURES, FORMAT, PARAMS, ROUNDS, Prior, fit, load, read_table, write
 from compileiq_build.search.strategies import Candidate, Strategy, Trial, make_strategy
 from compileiq_build.search.target import search_strategy
 
@@ -292,7 +292,8 @@ def prior_for(project: str, paths: Sequence[Path], cache_dir: Path) -> Path:
     path = cache_dir / f"prior-without-{project}-{digest.hexdigest()[:16]}.txt"
     if not path.is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(fit([read_table(p) for p in training]).model_to_string())
+        tables = [read_table(p) for p in training]
+        write(fit(tables), tables, path)  # the model file and its JSON (format 2: an ensemble)
     return path
 
 
@@ -313,9 +314,10 @@ class _MemoPrior(Prior):
 
 
 def _load_prior(path: Path) -> Prior:
-    import lightgbm
-
-    return _MemoPrior(lightgbm.Booster(model_file=str(path)), {}, path)
+    loaded = load(path)
+    if loaded is None:
+        raise RuntimeError(f"the cached prior {path} did not load: remove it to fit it again")
+    return _MemoPrior(loaded.booster, loaded.meta, path)
 
 
 # -- the evaluation ----------------------------------------------------------------------------
