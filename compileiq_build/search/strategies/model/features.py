@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from compileiq_build.build.space import Config, FlagSpace, config_key
+from compileiq_build.build.space import BASELINE, DEFAULT, Config, FlagSpace, config_key
 from compileiq_build.search.strategies.base import Context
 
 
@@ -66,3 +66,13 @@ def standardized_features(context: Context, configs: Sequence[Config]) -> np.nda
     mu, sd = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
     varies = sd > 0
     return (f[:, varies] - mu[varies]) / sd[varies]
+
+
+def without_passengers(context: Context, config: Config) -> Config:
+    """`config` with every value whose one-option move compiled to the baseline's machine code set
+    back to the default: such a value is a passenger alone, and most often in company too."""
+    base, default, codes = context.codes.get(BASELINE, ""), context.space.default_config(), context.codes
+    if not base:
+        return dict(config)
+    return {k: (DEFAULT if v != DEFAULT and codes.get(config_key({**default, k: v})) == base else v)
+            for k, v in config.items()}
