@@ -47,6 +47,7 @@ Commands
                             [REGEX <regex>] [COLUMN <csv-column>]
                             [UNIT s|ms|us|ns] [HIGHER_IS_BETTER]
                             [CHECKSUM <regex>] [OUTPUT_FILE <path>] [TOLERANCE <relative>]
+                            [CHECK <executable-target-or-program> [args...]]
                             [WORKDIR <dir>] [TIMEOUT <seconds>] [LABELS <label>...])
 
   Registers a benchmark.  ``REGEX``'s first capture group is the measured
@@ -64,7 +65,10 @@ Commands
   non-zero is invalid.  ``CHECKSUM``'s first capture group (a printed
   checksum) and the file ``OUTPUT_FILE`` (relative to ``WORKDIR``) must equal
   the baseline's exactly, or within the relative ``TOLERANCE`` for candidates
-  whose flags change floating-point results.
+  whose flags change floating-point results.  ``CHECK`` is a command, its
+  executable named as ``COMMAND``'s, that each candidate's build runs once before
+  it is measured (the baseline's too): a non-zero exit makes the candidate
+  invalid.
 
   ``ARGS`` adds arguments after ``COMMAND``'s, as written: its words are not
   checked for misspelt keywords (see below).
@@ -386,13 +390,14 @@ endfunction()
 function(compileiq_add_benchmark name)
   set(options HIGHER_IS_BETTER)
   set(one_value FORMAT REGEX COLUMN UNIT WORKDIR TIMEOUT CHECKSUM OUTPUT_FILE TOLERANCE)
-  set(multi_value COMMAND ARGS TARGETS LABELS)
+  set(multi_value COMMAND ARGS TARGETS LABELS CHECK)
   set(keywords ${options} ${one_value} ${multi_value})
   cmake_parse_arguments(PARSE_ARGV 1 arg "${options}" "${one_value}" "${multi_value}")
   set(usage "Write: compileiq_add_benchmark(<name> COMMAND <executable-target> [args...] [ARGS <arg>...] "
             "[TARGETS <tuned-target>...] [FORMAT auto|nvbench|gbench|csv|regex|time] [REGEX <re>] "
             "[UNIT s|ms|us|ns] [HIGHER_IS_BETTER] [CHECKSUM <re>] [OUTPUT_FILE <path>] "
-            "[TOLERANCE <relative>] [WORKDIR <dir>] [TIMEOUT <s>] [LABELS ...])")
+            "[TOLERANCE <relative>] [CHECK <executable-target-or-program> [args...]] [WORKDIR <dir>] "
+            "[TIMEOUT <s>] [LABELS ...])")
   string(JOIN "" usage ${usage})
   if(name IN_LIST keywords)
     message(FATAL_ERROR "compileiq_add_benchmark(): the first argument must be the benchmark's name. ${usage}")
@@ -414,6 +419,11 @@ function(compileiq_add_benchmark name)
   endif()
   if(NOT arg_COMMAND)
     message(FATAL_ERROR "compileiq_add_benchmark(${name}): COMMAND is missing. ${usage}")
+  endif()
+  if("CHECK" IN_LIST arg_KEYWORDS_MISSING_VALUES)
+    message(FATAL_ERROR
+      "compileiq_add_benchmark(${name}): CHECK needs a command, e.g. CHECK <executable-target> --verify: "
+      "it runs once per candidate and must exit 0.")
   endif()
   if(DEFINED arg_ARGS)
     list(APPEND arg_COMMAND "${arg_ARGS}")
@@ -498,6 +508,7 @@ function(compileiq_add_benchmark name)
   set_property(GLOBAL PROPERTY ${prefix}_CHECKSUM "${arg_CHECKSUM}")
   set_property(GLOBAL PROPERTY ${prefix}_OUTPUT_FILE "${arg_OUTPUT_FILE}")
   set_property(GLOBAL PROPERTY ${prefix}_TOLERANCE "${arg_TOLERANCE}")
+  set_property(GLOBAL PROPERTY ${prefix}_CHECK "${arg_CHECK}")
   set_property(GLOBAL PROPERTY ${prefix}_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
 endfunction()
 
@@ -855,33 +866,52 @@ function(_compileiq_target_units tgt enabled host_key targets_var ids_var names_
   set(${names_var} "${id_names}" PARENT_SCOPE)
 endfunction()
 
+# The executable that <word>, the first word of <keyword> (COMMAND, CHECK) of benchmark <name>,
+# names: <out_path> is $<TARGET_FILE> of an executable target (<out_target>, an ALIAS
+# resolved), else a path relative to <dir>, the call's folder, else a program on the PATH.
+function(_compileiq_executable name keyword word dir out_path out_target)
+  set(target "")
+  if(TARGET "${word}")
+    get_target_property(aliased "${word}" ALIASED_TARGET)
+    if(aliased)
+      set(word "${aliased}")
+    endif()
+    get_target_property(type "${word}" TYPE)
+    if(NOT type STREQUAL "EXECUTABLE")
+      message(FATAL_ERROR
+        "compileiq_add_benchmark(${name}): ${keyword} '${word}' is a ${type}, not an executable. "
+        "Name the add_executable() target to run.")
+    endif()
+    set(target "${word}")
+    set(path "$<TARGET_FILE:${word}>")
+  elseif(IS_ABSOLUTE "${word}" OR word MATCHES "/")
+    get_filename_component(path "${word}" ABSOLUTE BASE_DIR "${dir}")
+  else()
+    set(path "${word}")
+  endif()
+  set(${out_path} "${path}" PARENT_SCOPE)
+  set(${out_target} "${target}" PARENT_SCOPE)
+endfunction()
+
 # The manifest entry of registration <bi> (section benchmarks), its executable resolved
 # through a generator expression; the registration also becomes a CTest test.
 function(_compileiq_benchmark out bi tuned)
   set(p _COMPILEIQ_BENCH_${bi})
   foreach(field NAME COMMAND TARGETS FORMAT REGEX COLUMN UNIT HIGHER WORKDIR TIMEOUT LABELS DIR
-                CHECKSUM OUTPUT_FILE TOLERANCE)
+                CHECKSUM OUTPUT_FILE TOLERANCE CHECK)
     get_property(${field} GLOBAL PROPERTY ${p}_${field})
   endforeach()
   list(POP_FRONT COMMAND exe)
-  set(exe_target "")
-  if(TARGET "${exe}")
-    get_target_property(aliased "${exe}" ALIASED_TARGET)
-    if(aliased)
-      set(exe "${aliased}")
-    endif()
-    get_target_property(etype "${exe}" TYPE)
-    if(NOT etype STREQUAL "EXECUTABLE")
-      message(FATAL_ERROR
-        "compileiq_add_benchmark(${NAME}): COMMAND '${exe}' is a ${etype}, not an executable. "
-        "Name the add_executable() target that runs the benchmark.")
-    endif()
-    set(exe_target "${exe}")
-    set(exe_path "$<TARGET_FILE:${exe}>")
-  elseif(IS_ABSOLUTE "${exe}" OR exe MATCHES "/")
-    get_filename_component(exe_path "${exe}" ABSOLUTE BASE_DIR "${DIR}")
-  else()
-    set(exe_path "${exe}")
+  _compileiq_executable("${NAME}" COMMAND "${exe}" "${DIR}" exe_path exe_target)
+  if(exe_target)
+    set(exe "${exe_target}")  # an ALIAS resolved
+  endif()
+  set(check "")  # the CHECK command, its executable resolved as COMMAND's
+  set(check_target "")
+  if(CHECK)
+    list(POP_FRONT CHECK check_exe)
+    _compileiq_executable("${NAME}" CHECK "${check_exe}" "${DIR}" check_path check_target)
+    set(check "${check_path}" ${CHECK})
   endif()
   foreach(t IN LISTS TARGETS)
     _compileiq_unit_languages("${t}" "${tuned}" langs)

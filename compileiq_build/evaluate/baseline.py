@@ -3,11 +3,13 @@
 Every candidate is compared with it: its machine code (a candidate of the same code needs no
 GPU time), its runs' checksums or output files (a candidate must match them), and its wall
 times (candidate runs time out at a multiple).  A benchmark that fails, or differs between
-two runs, with the project's own flags cannot judge candidates: tuning stops with the reason.
+two runs, with the project's own flags cannot judge candidates: tuning stops with the reason;
+so does a benchmark's CHECK that the baseline fails.
 """
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ class Baseline:
     compiled: Compiled | None = None  # its build: code and features
     wall: dict[str, float] = field(default_factory=dict)  # workload -> median wall seconds of a run
     evidence: dict[str, str | bytes | None] = field(default_factory=dict)  # workload -> checksum/output
+    check_s: dict[str, float] = field(default_factory=dict)  # workload -> seconds of its CHECK, if any
 
 
 def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: Sequence[Worker],
@@ -49,7 +52,13 @@ def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: S
         baseline.compiled = baseline.compiled or built
     baseline.build_s = max(seconds)
     resolved = []
+    checked: dict[tuple[str, ...], float] = {}  # registrations of one benchmark may share a CHECK
     for bench in benchmarks:
+        if bench.check:
+            if bench.check not in checked:
+                notes.phase(f"{target.name}: the baseline's CHECK of {bench.workload}")
+                checked[bench.check] = _baseline_check(bench, workers)
+            baseline.check_s[bench.workload] = checked[bench.check]
         notes.phase(f"{target.name}: baseline runs of {bench.workload}")
         try:
             bench = workers[0].resolve(bench, timeout=bench.timeout or 3600)
@@ -62,6 +71,22 @@ def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: S
         baseline.wall[bench.workload] = statistics.median(r.samples[0].wall_s for r in runs)
         resolved.append(bench)
     return baseline, resolved
+
+
+def _baseline_check(bench: Benchmark, workers: Sequence[Worker]) -> float:
+    """The benchmark's CHECK with the project's flags on every worker: it must pass; the
+    slowest one's seconds."""
+    seconds = []
+    for worker in workers:
+        error, took = worker.check(BASELINE_SLOT, bench, bench.timeout or 3600)
+        if error:
+            where = f" on {worker.name}" if len(workers) > 1 else ""
+            raise CompileIQError(
+                f"benchmark '{bench.workload}': its CHECK ({shlex.join(bench.check)}) fails with the "
+                f"project's own flags{where}: {error}\nA check that the project's own build fails cannot "
+                "judge candidates: fix the check, or its CHECK arguments, first.")
+        seconds.append(took)
+    return max(seconds)
 
 
 def _baseline_runs(bench: Benchmark, workers: Sequence[Worker]) -> list[Run]:

@@ -58,7 +58,8 @@ class Evaluator:
         self.clock = clock or Clock()  # the run's: a measurement stops when its time is up
         self.arch_keys = dict(target.arch_keys)
         self.results = TargetResults(store, target.name, self.arch_keys)  # what the stages read back
-        self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target})
+        self.ninja_targets = sorted({b.executable_target for b in benchmarks if b.executable_target}
+                                    | {b.check_target for b in benchmarks if b.check_target})
         if any(not b.executable_target for b in benchmarks):
             self.ninja_targets = []  # a benchmark outside the project: build everything
         self.baseline = Baseline()
@@ -74,6 +75,10 @@ class Evaluator:
     def _timeout(self, bench: Benchmark) -> float:
         base = self.baseline.wall.get(bench.workload, 60.0)
         limit = 10.0 * base + 10.0
+        return min(limit, bench.timeout) if bench.timeout else limit
+
+    def _check_timeout(self, bench: Benchmark) -> float:
+        limit = 10.0 * self.baseline.check_s.get(bench.workload, 60.0) + 10.0
         return min(limit, bench.timeout) if bench.timeout else limit
 
     def prepare_baseline(self) -> None:
@@ -153,7 +158,7 @@ class Evaluator:
         elif reduced_from is not None and (reaches := summarize(self.store, reduced_from).ratio):
             race = self._race(evaluation, reaches, "the configuration it reduces reaches")
         pairing = Pairing(self.store, self.report, evaluation, built.worker, built.compiled.slot, numerics,
-                          self.baseline.evidence, self._timeout, self.clock)
+                          self.baseline.evidence, self._timeout, self.clock, self._check_timeout)
         status, reason = pairing.run(self.benchmarks, sampling, race)
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)

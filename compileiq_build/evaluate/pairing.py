@@ -5,11 +5,14 @@ fake gain) and continue until the stopping rule (racing.py) says the comparison 
 precise, or hopeless.  With several benchmarks and a race, each one's first `RACE_PAIRS` pairs
 run before any is measured in full (a probe), so that a candidate slower on its last benchmark
 stops before the first takes all its pairs.  Every sample goes to the store as it is taken.
+Before the first pair, the candidate's build runs each benchmark's CHECK once: one that fails
+makes it invalid.
 """
 
 from __future__ import annotations
 
 import random
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -51,12 +54,16 @@ class Pairing:
     evidence: Mapping[str, str | bytes | None]  # workload -> the baseline's checksum or output
     timeout: Callable[[Benchmark], float]  # seconds a run of the benchmark may take
     clock: Clock | None = None  # asked before every run: why to stop now (the time is up), or ""
+    check_timeout: Callable[[Benchmark], float] | None = None  # for a CHECK; else TIMEOUT, or an hour
 
     def run(self, benchmarks: Sequence[Benchmark], sampling: Sampling, race: Race | None) -> tuple[str, str]:
-        """Measure every benchmark (a probe first, when racing several): the status and its reason."""
+        """Every benchmark's CHECK, then every benchmark measured (a probe first, when racing
+        several): the status and its reason."""
         status, reason = MEASURED, ""
         probed: dict[int, Costs] = {}
         try:
+            if failed := self.check(benchmarks):
+                return INVALID, failed
             if race is not None and len(benchmarks) > 1:
                 probe = replace(sampling, min_pairs=RACE_PAIRS, max_pairs=RACE_PAIRS)
                 status, reason, probed = self.measure_all(benchmarks, probe, race, {})
@@ -65,6 +72,23 @@ class Pairing:
         except Stopped as why:
             status, reason = INTERRUPTED, f"measuring stopped: {why}"
         return status, reason
+
+    def check(self, benchmarks: Sequence[Benchmark]) -> str:
+        """Each distinct CHECK of the benchmarks, once, with the candidate's build: why the
+        first that fails makes it invalid ("" when all pass).  Raises Stopped before a check
+        when the clock says why."""
+        done: set[tuple[str, ...]] = set()
+        for bench in benchmarks:
+            if not bench.check or bench.check in done:
+                continue
+            done.add(bench.check)
+            if self.clock is not None and (why := self.clock.why_stop(in_flight=True)):
+                raise Stopped(why)
+            timeout = self.check_timeout(bench) if self.check_timeout else bench.timeout or 3600
+            error, _ = self.worker.check(self.slot, bench, timeout)
+            if error:
+                return f"{bench.workload}: its CHECK ({shlex.join(bench.check)}) fails: {error}"
+        return ""
 
     def measure_all(self, benchmarks: Sequence[Benchmark], sampling: Sampling, race: Race | None,
                     earlier: Mapping[int, Costs]) -> tuple[str, str, dict[int, Costs]]:

@@ -98,6 +98,8 @@ class Benchmark:
     checksum: str = ""  # regex whose first group is a printed checksum, compared with the baseline's
     output_file: str = ""  # a file the benchmark writes, compared with the baseline's
     tolerance: float | None = None  # relative, for numerics-changing candidates
+    check: tuple[str, ...] = ()  # CHECK: a command each candidate's build must pass before its pairs
+    check_target: str = ""  # the executable target of `check`, where it is one
 
     @property
     def workload(self) -> str:
@@ -329,6 +331,8 @@ def _benchmark(raw: Any, i: int, bw: str) -> Benchmark:
         checksum=b["checksum"],
         output_file=b["output_file"],
         tolerance=_number(b["tolerance"], "tolerance", bw),
+        check=b["check"],
+        check_target=b["check_target"],
     )
 
 

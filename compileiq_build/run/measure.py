@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,26 @@ def run_workload(bench: Benchmark, executable: Path, timeout: float, env: dict[s
     samples = [Sample(f"{bench.workload}/{r.entry}" if r.entry else bench.workload, r.value,
                       cost_of(bench, r.value), wall, 0, "", state, r.printed) for r in readings]
     return Run(samples, evidence)
+
+
+def run_check(command: Sequence[str], workdir: Path, timeout: float,
+              env: dict[str, str] | None = None) -> tuple[str, float]:
+    """Run a benchmark's CHECK once: why it failed ("" when it exited 0, its output then
+    unread) and the seconds it took."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        proc = process.run(command, timeout, cwd=workdir, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s", time.perf_counter() - start
+    except OSError as exc:
+        return f"cannot run {command[0]}: {exc}", 0.0
+    wall = time.perf_counter() - start
+    if proc.returncode == 0:
+        return "", wall
+    detail = "\n".join(part for part in (_tail(proc.stdout), _tail(proc.stderr)) if part)
+    ended = f"output ends:\n{detail}" if detail else "it printed nothing"
+    return f"{exit_text(proc.returncode)}; {ended}", wall
 
 
 def coarse_values(run: Run) -> list[str]:

@@ -60,6 +60,9 @@ class _Node:
     def run(self, slot: int, bench: Benchmark, timeout: float) -> Run:
         return self.worker.run(slot, bench, timeout)
 
+    def check(self, slot: int, bench: Benchmark, timeout: float) -> tuple[str, float]:
+        return self.worker.check(slot, bench, timeout)
+
     def reset(self) -> None:
         self.worker.reset()
 
@@ -96,6 +99,9 @@ class RayWorker:
 
     def run(self, slot: int, bench: Benchmark, timeout: float) -> Run:
         return self._call("run", slot, bench, timeout)
+
+    def check(self, slot: int, bench: Benchmark, timeout: float) -> tuple[str, float]:
+        return self._call("check", slot, bench, timeout)
 
     def reset(self) -> None:
         self._call("reset")

@@ -21,7 +21,7 @@ from compileiq_build.errors import CompileIQError
 from compileiq_build.machine.environment import Gpu
 from compileiq_build.machine.gpu import GpuMonitor
 from compileiq_build.project.manifest import Benchmark, Project
-from compileiq_build.run.measure import Run, resolve_format, run_workload
+from compileiq_build.run.measure import Run, resolve_format, run_check, run_workload
 from compileiq_build.store.records import Sample
 
 BASELINE_SLOT = -1
@@ -52,6 +52,8 @@ class Worker(Protocol):
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark: ...
 
     def run(self, slot: int, bench: Benchmark, timeout: float) -> Run: ...
+
+    def check(self, slot: int, bench: Benchmark, timeout: float) -> tuple[str, float]: ...
 
     def reset(self) -> None: ...
 
@@ -128,11 +130,14 @@ class LocalWorker:
     def executable(self, slot: int, bench: Benchmark) -> Path:
         if not bench.executable_target:
             return Path(bench.executable)
-        # The tree's own manifest lists where its executables are; another tree's copy would
-        # measure the wrong flags without a sign.
+        return Path(self._registration(slot, bench).executable)
+
+    def _registration(self, slot: int, bench: Benchmark) -> Benchmark:
+        """The benchmark as the slot's tree registers it.  The tree's own manifest lists where
+        its executables are; another tree's copy would measure the wrong flags without a sign."""
         for b in self._tree(slot).project.benchmarks:
             if b.index == bench.index:
-                return Path(b.executable)
+                return b
         raise CompileIQError(
             f"benchmark '{bench.workload}' is not registered in the build tree "
             f"{self._tree(slot).path}: the CMakeLists changed since it was configured. Run tune again.")
@@ -146,6 +151,15 @@ class LocalWorker:
         if bench.executable_target and not exe.is_file():
             return Run([Sample(bench.workload, None, None, 0.0, None, f"{exe} was not built")])
         return run_workload(bench, exe, timeout, env=self.env, monitor=self.monitor)
+
+    def check(self, slot: int, bench: Benchmark, timeout: float) -> tuple[str, float]:
+        """Run the benchmark's CHECK with the slot's build, in the tree's folder: why it failed
+        ("" when it passed) and its seconds."""
+        own = self._registration(slot, bench)
+        exe = Path(own.check[0])
+        if own.check_target and not exe.is_file():
+            return f"{exe} was not built", 0.0
+        return run_check(own.check, Path(own.workdir or exe.parent), timeout, env=self.env)
 
 
 def local_workers(project: Project, work: Path, gpus: Sequence[Gpu], slots: int,
