@@ -1,7 +1,7 @@
 """benchmarks/llm/campaign.py: the parts that run without a GPU and without ggml.
 
-Seeding a build tree with another's objects is checked with real CMake, Ninja and a C compiler
-on a small project configured in two folders, as the tool's trees are.
+The compile-command diff is checked with real CMake and Ninja on a small project configured in
+two folders, as the tool's trees are (seeding a tree is the tool's: tests/test_build_trees.py).
 """
 
 from __future__ import annotations
@@ -24,12 +24,6 @@ def _configure(src: Path, build: Path, flags_file: Path) -> None:
                    check=True, capture_output=True)
 
 
-def _ninja(build: Path, *args: str) -> str:
-    proc = subprocess.run(["ninja", "-C", str(build), "-d", "explain", *args],
-                          check=True, capture_output=True, text=True)
-    return proc.stdout + proc.stderr
-
-
 @pytest.fixture
 def two_trees(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A library of two files, one of them reading its flags from a file of its tree (as a
@@ -50,27 +44,6 @@ def two_trees(tmp_path: Path) -> tuple[Path, Path, Path]:
         (tree / "g.opts").write_text("-O2\n")
         _configure(src, tree, tree / "g.opts")
     return src, base, other
-
-
-def test_a_seeded_tree_rebuilds_only_what_its_own_commands_change(two_trees: tuple[Path, Path, Path]) -> None:
-    _, base, other = two_trees
-    _ninja(base)
-    assert campaign.seed(base, other) == 3
-    out = _ninja(other)
-    # g.c names this tree's flags file, so its command differs; the link is redone after it.
-    assert "Building C object CMakeFiles/m.dir/g.c.o" in out
-    assert "a.c.o" not in out and "main.c.o" not in out
-    assert "no work to do" in _ninja(other)
-    (other / "g.opts").write_text("-O1\n")  # a new candidate: its group's object only
-    out = _ninja(other)
-    assert "g.c.o" in out and "a.c.o" not in out
-
-
-def test_without_seeding_every_object_is_built(two_trees: tuple[Path, Path, Path]) -> None:
-    _, base, other = two_trees
-    _ninja(base)
-    out = _ninja(other)
-    assert "a.c.o" in out and "main.c.o" in out and "g.c.o" in out
 
 
 def test_compile_commands_diff_names_differing_files_and_flags(two_trees: tuple[Path, Path, Path]) -> None:

@@ -13,9 +13,12 @@ committed under benchmarks/results/llm/, from where the next sitting resumes (--
 `start` runs a sitting in the background (its own session, as setsid does); `wait` follows it
 and copies a consistent snapshot to a folder. benchmarks/llm/README.md has the commands.
 
-The tool's build trees (build/compileiq/work/) are built once per sitting: the baseline tree
-in full, the candidate tree seeded with the baseline's objects, so that only the group's
-files and the links are compiled there (their compile commands are the same in both trees).
+Correctness per candidate, seeding and ccache are the tool's: each benchmark of
+`ggml-compileiq.cmake` has a CHECK (`test-backend-ops test` of its ops) that every candidate
+must pass; `tune` builds its baseline tree in full and seeds its candidate tree with the
+baseline's objects, so that only the group's files and the links are compiled there; and
+ggml's own ccache (GGML_CCACHE) may stay on, since the candidate flags reach nvcc in a form
+ccache hashes.  The A/B's tuned build is seeded the same way (`BuildTree.seed_from`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -52,14 +56,6 @@ RESULTS = REPO / "benchmarks" / "results" / "llm"
 GROUPS = ("mmq", "mmvq", "fattn", "rope")  # as ggml-compileiq.cmake defines them
 DEFAULT_GROUPS = ("mmq", "mmvq", "fattn")
 BENCHMARK = {g: f"llm_{g}" for g in GROUPS}
-# ggml's correctness tests of each group's ops (test-backend-ops test: the CUDA backend against
-# the CPU backend on its own list of shapes, which differs from perf's).
-CHECKS = {
-    "mmq": ("MUL_MAT,MUL_MAT_ID", "type_a=q4_0,"),
-    "mmvq": ("MUL_MAT,MUL_MAT_ID", "type_a=(q4_0|q4_K|q8_0),"),
-    "fattn": ("FLASH_ATTN_EXT", "hsk=128,hsv=128,.*type_K=f16,type_V=f16"),
-    "rope": ("ROPE", "type=f(32|16),"),
-}
 CASE = re.compile(r"^  (?P<name>[A-Z_]+\(.*\)):\s+\d+ runs -\s+(?P<us>[0-9.]+) us/run", re.M)
 # How `tune` says a group's search ended other than by the time limit (search/loop.py).
 SEARCH_ENDED = re.compile(r"^\s*ggml-cuda:(?P<group>[\w.+-]+): (budget of \d+ evaluations reached|"
@@ -168,10 +164,7 @@ class Campaign:
                f"-DCompileIQ_ROOT={self.src / 'cmake'}",
                "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={self.args.arch}-real",
                "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DGGML_BUILD_TESTS=ON",
-               "-DGGML_BUILD_EXAMPLES=OFF", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
-               # ccache hashes nvcc's --options-file=<file> by its name, not its text: with it, every
-               # candidate of the tool's trees would get the baseline's object back.
-               "-DGGML_CCACHE=OFF", *self.args.cmake_arg]
+               "-DGGML_BUILD_EXAMPLES=OFF", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *self.args.cmake_arg]
         if toolchain:
             cmd.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
         rc, _ = self.run(cmd, 600)
@@ -184,19 +177,6 @@ class Campaign:
         if rc != 0:
             raise CompileIQError(f"building test-backend-ops in {folder} failed (log: {self.log})")
         self.say(f"built {folder} in {time.monotonic() - start:.0f} s")
-
-    def prepare_trees(self) -> None:
-        """The tool's baseline tree built in full, its candidate tree seeded from it (tune
-        configures and builds them itself, but one after the other, each in full)."""
-        project = load_manifest(Workspace(self.build).manifest)
-        work = Workspace(self.build).work
-        baseline, candidate = BuildTree(project, work / "baseline"), BuildTree(project, work / "candidate-0")
-        for tree in (baseline, candidate):
-            tree.configure(self.args.arch)
-            tree.write_flags({})
-        self.build_target(baseline.path)
-        seeded = seed(baseline.path, candidate.path)
-        self.say(f"seeded {candidate.path} with {seeded} objects of the baseline tree")
 
     def gpu_state(self, when: str) -> None:
         rc, text = self.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv"], 60)
@@ -254,7 +234,9 @@ class Campaign:
             raise CompileIQError(f"{toolchain} does not exist: tune writes it; run a sitting first")
         self.build_target(self.build)
         self.configure(self.tuned, toolchain)
-        self.say(f"seeded {self.tuned} with {seed(self.build, self.tuned)} objects of {self.build}")
+        project = load_manifest(Workspace(self.build).manifest)
+        seeded = BuildTree(project, self.tuned).seed_from(BuildTree(project, self.build))
+        self.say(f"seeded {self.tuned} with {seeded} outputs of {self.build}")
         self.build_target(self.tuned)
         (self.out / DIFF).write_text(compile_commands_diff(self.build, self.tuned))
         self.say("compile commands that differ:\n" + (self.out / DIFF).read_text())
@@ -289,11 +271,13 @@ class Campaign:
         self.say(f"A/B: {len(rows)} cases in {self.out / AB_CSV}")
 
     def correctness(self, folder: Path, group: str) -> dict[str, Any]:
-        ops, params = CHECKS[group]
-        exe = folder / "bin" / "test-backend-ops"
-        rc, text = self.run([str(exe), "test", "-b", "CUDA0", "-o", ops, "-p", params], 600)
+        """The CHECK of the group's benchmark (ggml's test of its ops: the CUDA backend against
+        the CPU backend, on ggml's own shapes) with the build in `folder`."""
+        manifest = load_manifest(Workspace(folder).manifest)
+        check = next(b.check for b in manifest.benchmarks if b.name == BENCHMARK[group])
+        rc, text = self.run(list(check), 600)
         summary = re.findall(r"^\s*(\d+/\d+ tests passed)", text, re.M)
-        return {"ops": ops, "params": params, "exit": rc, "passed": summary[-1] if summary else ""}
+        return {"check": shlex.join(check[1:]), "exit": rc, "passed": summary[-1] if summary else ""}
 
     def snapshot(self, to: Path) -> None:
         """A consistent copy of the store (tune may be writing it) and the campaign's files."""
@@ -335,18 +319,15 @@ class Campaign:
         self.gpu_state("before")
         groups = self.args.groups
         self.configure(self.build)
-        todo = [g for g in groups if g not in self.state["searched"]]
-        if todo:
-            self.prepare_trees()
-            for group in todo:
+        for group in [g for g in groups if g not in self.state["searched"]]:
+            left = deadline - time.monotonic() - 120
+            if group not in self.state["profiled"] and left > 600:
+                self.profile(group, min(PROFILE_S, left - 300))
                 left = deadline - time.monotonic() - 120
-                if group not in self.state["profiled"] and left > 600:
-                    self.profile(group, min(PROFILE_S, left - 300))
-                    left = deadline - time.monotonic() - 120
-                if left < 240:
-                    self.say(f"{left:.0f} s left: {group} and later groups wait for the next sitting")
-                    break
-                self.tune(group, left)
+            if left < 240:
+                self.say(f"{left:.0f} s left: {group} and later groups wait for the next sitting")
+                break
+            self.tune(group, left)
         if all(g in self.state["searched"] for g in groups):
             left = deadline - time.monotonic()
             if left >= 60 * AB_MINUTES or self.args.ab_anyway:
@@ -369,25 +350,6 @@ def stop_group(pid: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
         time.sleep(10)
-
-
-def seed(source: Path, target: Path) -> int:
-    """Copy the object files and Ninja's logs of a built tree into another tree configured from
-    the same sources: Ninja there rebuilds only what its own commands change (a group's files
-    read the tree's own flags file; links name the tree in their rpath)."""
-    count = 0
-    for obj in source.rglob("*.o"):
-        rel = obj.relative_to(source)
-        if rel.parts[0] == "compileiq":  # the tool's own trees, inside the user's build folder
-            continue
-        dest = target / rel
-        if dest.parent.is_dir():
-            shutil.copy2(obj, dest)
-            count += 1
-    for log in (".ninja_log", ".ninja_deps"):
-        if (source / log).is_file():
-            shutil.copy2(source / log, target / log)
-    return count
 
 
 def compile_commands_diff(base: Path, tuned: Path) -> str:

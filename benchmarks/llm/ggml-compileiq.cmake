@@ -29,6 +29,9 @@ Groups of ``ggml-cuda`` (paths relative to ``src/ggml-cuda``), each judged on th
            16384-token KV cache.
 ``rope``   RoPE of a 512-token prompt (llama 7B shape), f32 and f16.
 
+Each benchmark's ``CHECK`` is ``test-backend-ops test`` of its ops: a candidate that fails it is
+invalid.
+
 Large f16/f32 matmuls go to cuBLAS and are left out: no flag of ggml reaches them.
 #]=======================================================================]
 
@@ -57,6 +60,9 @@ function(_ggml_llm_compileiq)
   # "  MUL_MAT(type_a=q4_0,...):   3112 runs -   321.38 us/run - ...", each case a workload.
   set(case "^  (?<name>[A-Z_]+\\(.*\\)):\\s+\\d+ runs -\\s+([0-9.]+) us/run")
   set(perf test-backend-ops perf -b CUDA0)
+  # perf checks nothing: each candidate must pass ggml's own test of the group's ops (the CUDA
+  # backend against the CPU backend, on ggml's list of shapes, which differs from perf's).
+  set(test CHECK test-backend-ops test -b CUDA0)
   set(ffn "type_b=f32,m=4096,n=%N%,k=14336,")          # MUL_MAT: an FFN matrix, n tokens
   set(moe "type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=%N%,k=2048$")  # MUL_MAT_ID, not fused
   string(REPLACE "%N%" 512 ffn_prefill "${ffn}")
@@ -67,16 +73,20 @@ function(_ggml_llm_compileiq)
 
   compileiq_add_benchmark(llm_mmq COMMAND ${perf} -o MUL_MAT,MUL_MAT_ID
                           -p "^type_a=q4_0,${ffn_prefill}|^type_a=q4_0,${moe_prefill}"
-                          TARGETS ggml-cuda:mmq REGEX "${case}" UNIT us TIMEOUT 300)
+                          TARGETS ggml-cuda:mmq REGEX "${case}" UNIT us TIMEOUT 300
+                          ${test} -o MUL_MAT,MUL_MAT_ID -p "type_a=q4_0,")
   compileiq_add_benchmark(llm_mmvq COMMAND ${perf} -o MUL_MAT,MUL_MAT_ID
                           -p "^type_a=(q4_0|q4_K|q8_0),${ffn_decode}|^type_a=q4_0,${ffn_batch8}|^type_a=q4_0,${moe_decode}"
-                          TARGETS ggml-cuda:mmvq REGEX "${case}" UNIT us TIMEOUT 300)
+                          TARGETS ggml-cuda:mmvq REGEX "${case}" UNIT us TIMEOUT 300
+                          ${test} -o MUL_MAT,MUL_MAT_ID -p "type_a=(q4_0|q4_K|q8_0),")
   compileiq_add_benchmark(llm_fattn COMMAND ${perf} -o FLASH_ATTN_EXT
                           -p "^hsk=128,hsv=128,nh=8,nr23=\\[4,1\\],kv=(4096|16384),nb=1,.*type_K=f16,type_V=f16"
-                          TARGETS ggml-cuda:fattn REGEX "${case}" UNIT us TIMEOUT 300)
+                          TARGETS ggml-cuda:fattn REGEX "${case}" UNIT us TIMEOUT 300
+                          ${test} -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,.*type_K=f16,type_V=f16")
   compileiq_add_benchmark(llm_rope COMMAND ${perf} -o ROPE
                           -p "^type=f(32|16),ne_a=\\[128,32,512,1\\],n_dims=128,mode=0,.*ff=0,v=0"
-                          TARGETS ggml-cuda:rope REGEX "${case}" UNIT us TIMEOUT 300)
+                          TARGETS ggml-cuda:rope REGEX "${case}" UNIT us TIMEOUT 300
+                          ${test} -o ROPE -p "type=f(32|16),")
 endfunction()
 
 # Deferred before find_package defers CompileIQ's end-of-configure code: deferred calls run in
