@@ -2,7 +2,8 @@
 
 Each round first compiles the configurations with one option fewer, the most exotic option
 first, and takes away any whose machine code is the winner's (a passenger) at no GPU time: so a
-run that the time limit stops still ships no passenger that a build would have shown.  Only
+run stopped by Ctrl-C still ships no passenger that a build would have shown (the time limit
+stops these compiles too: tune ends within it).  Only
 then are the others measured, as validation measures, in the same order; the smaller set
 replaces the winner when it is still faster than the baseline on every workload and not slower
 than the winner beyond noise (`selection.holds_without`); then its own options are tried in
@@ -25,8 +26,8 @@ from compileiq_build.store.database import INTERRUPTED
 def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: Sampling,
              report: Notes) -> None:
     """Minimizing steps from the validated measurement `check`, until no option can go or the
-    evaluator's clock stops them (a measured step whose build the time left cannot hold is not
-    begun; the compiles that find passengers are not stopped)."""
+    evaluator's clock stops them (a step whose build the time left cannot hold is not begun;
+    after Ctrl-C the compiles that find passengers go on)."""
     name = evaluator.target.name
     taken = {(o.evaluation.parent, o.evaluation.config_key): o
              for o in evaluator.results.outcomes("minimize")}
@@ -41,9 +42,12 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
             for dim, reduced in ((d, reduced_by[d.key]) for d in options if d.key in reduced_by):
                 step = taken.get((current.evaluation.config_key, config_key(reduced)))
                 if step is None:
-                    # The compiles that find passengers run however the run stops (Ctrl-C,
-                    # time limit): no shipped option leaves the machine code as it is.
-                    if measure and evaluator.clock.why_stop(need=current.evaluation.build_seconds or 0.0):
+                    # The compiles that find passengers go on after Ctrl-C (no shipped option
+                    # leaves the machine code as it is), not past the time limit, which tune
+                    # promises to hold: options left unchecked there are said NOT CHECKED.
+                    clock = evaluator.clock
+                    if (clock.why_stop(need=current.evaluation.build_seconds or 0.0)
+                            and (measure or not clock.interrupted)):
                         return
                     report.phase(f"minimizing {name}: without {dim.key}={config[dim.key]}"
                                  + ("" if measure else " (compiling)"))
