@@ -3,6 +3,8 @@ that still can never does.  Deterministic: constructed costs and seeded simulati
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import cxx_evaluator, write_finalists
@@ -100,7 +102,7 @@ def test_a_neutral_candidate_stops_in_the_indifference_zone():
     rng = np.random.default_rng(5)
     taken = [measure(rng, 1.0, race(None, incumbent=0.97))[0] for _ in range(200)]
     assert max(taken) <= Sampling().min_pairs
-    assert taken.count(INDIFFERENT_PAIRS) > 150
+    assert taken.count(INDIFFERENT_PAIRS) > 130  # 3 in 4: the others lie below 1 in both pairs
 
 
 @pytest.mark.parametrize("incumbent", [1.0, 0.99])
@@ -112,35 +114,58 @@ def test_a_candidate_clearly_better_than_the_incumbent_is_measured_on(incumbent)
     assert sum(faster for *_, faster in runs) / SIMULATIONS >= 0.95
 
 
-def test_on_a_benchmark_too_noisy_to_resolve_the_precision_a_neutral_candidate_stops_sooner():
-    # 1.5% noise (a CPU benchmark): 20 pairs resolve 0.84%, not --precision's 0.5%.  Without the
-    # pairs to come counted, a neutral candidate took 15.4 pairs on average (7.7 with them), and
-    # a 2%-faster one was found in 99.5% of runs (99.2% with them).
+@pytest.mark.parametrize("noise", [0.008, 0.01])
+def test_on_a_benchmark_of_about_1_percent_noise_a_neutral_candidate_takes_at_most_5_pairs(noise):
+    # Kernels that print their bandwidth (llm.c-style GELU, ~1% noise): neutral candidates took
+    # 10-13 pairs live.  With the zone as wide as --precision they took 11.0 and 6.2 pairs here
+    # (the pairs to come counted from 0.9% on), and a 2%-faster one was found in 99.9% of runs
+    # (benchmarks/results/racing/README.md; at 1.5% noise: 4.6 pairs, 98.1% found).
     rng = np.random.default_rng(7)
-    noisy = race(None, incumbent=1.0, noise=0.015)
-    neutral = [measure(rng, 1.0, noisy, noise=0.015) for _ in range(SIMULATIONS)]
-    assert np.mean([p for p, *_ in neutral]) < 9
-    faster = [measure(rng, 0.98, noisy, noise=0.015) for _ in range(SIMULATIONS)]
-    assert sum(f for *_, f in faster) / SIMULATIONS >= 0.98
-    # 1% slower after 3 pairs: its interval alone still reaches 1.2% faster, but 20 pairs could
-    # not show a candidate at that end better.
-    costs = {"w0": ([1.01, 1.011, 1.009], [1.0, 1.0, 1.0])}
-    assert not indifferent(costs, 3, noisy)
-    assert indifferent(costs, 3, noisy, Sampling().max_pairs).endswith("than the baseline within 20 pairs")
-    # Where 20 pairs resolve the precision, the pairs to come change nothing.
-    quiet = race(None, incumbent=1.0)
-    assert indifferent(costs, 3, quiet, 20) == indifferent(costs, 3, quiet)
+    noisy = race(None, incumbent=1.0, noise=noise)
+    neutral = [measure(rng, 1.0, noisy, noise=noise) for _ in range(SIMULATIONS)]
+    assert np.mean([p for p, *_ in neutral]) <= 5
+    faster = [measure(rng, 0.98, noisy, noise=noise) for _ in range(SIMULATIONS)]
+    assert sum(f for *_, f in faster) / SIMULATIONS >= 0.97
 
 
-def test_the_indifference_zone_needs_an_incumbent_3_pairs_and_noise_or_5_pairs_and_says_why():
+def test_at_1_percent_noise_the_zone_calls_nothing_faster_itself_and_validation_passes_almost_none():
+    # A/A through search and validation, as `decide` needs: the zone only stops candidates sooner.
+    noisy, rates = race(None, incumbent=1.0, noise=0.01), {}
+    for zone in (None, noisy):
+        rng = np.random.default_rng(9)
+        rates[zone is None] = sum(measure(rng, 1.0, zone, noise=0.01)[2] for _ in range(SIMULATIONS))
+    assert rates[False] <= rates[True] < 0.1 * SIMULATIONS
+    rng = np.random.default_rng(10)
+    winners = sum(measure(rng, 1.0, None, sampling=Sampling().scaled(2), noise=0.01)[2]
+                  for _ in range(rates[False]))
+    assert winners / SIMULATIONS < 0.01
+
+
+def test_the_zone_on_a_noisy_benchmark_is_a_gain_worth_its_noise_and_says_so():
+    noisy = race(None, incumbent=1.0, noise=0.012)
+    # 0.1% faster in 6 pairs at 1.2% noise: its bound reaches 1.1%, inside the noise (before: 8
+    # pairs, the bound within --precision's 0.5% counting the 20 pairs it could still take).
+    costs = {"w0": ([0.999, 0.998, 1.0, 0.999, 0.998, 1.0], [1.0] * 6)}
+    assert indifferent(costs, 6, noisy) == (
+        "indifferent after 6 pairs: at best 1.011x, not 1.3% (the noise's) better than the baseline")
+    # One slow pair among 4 does not stop a 2%-faster candidate (its mean would: 0.99x).
+    outlier = {"w0": ([0.98, 0.979, 0.981, 1.10], [1.0] * 4)}
+    assert not indifferent(outlier, 4, noisy)
+    # In a probe (the first 2 pairs of each benchmark, pairing.py) the zone waits for the last one.
+    two = {"w0": ([1.0, 1.002], [1.0, 1.0])}
+    assert indifferent(two, 2, race(None, incumbent=1.0))
+    assert not indifferent(two, 2, replace(race(None, incumbent=1.0), last=False))
+
+
+def test_the_indifference_zone_needs_an_incumbent_2_pairs_and_noise_or_5_pairs_and_says_why():
     neutral = {"w0": ([1.0, 1.001, 0.999], [1.0, 1.0, 1.0])}
     assert not indifferent(neutral, 3, race(None))  # no incumbent: minimizing, validation
     assert not indifferent(neutral, 3, Race(None, {}, incumbent=1.0))  # noise not known yet
-    # ... until 5 pairs give the sign-test interval, [0.998, 1.002] here.
+    # ... until 5 pairs give the candidate's own (successive differences: 0.26% here).
     five = {"w0": ([1.0, 1.001, 0.999, 1.002, 0.998], [1.0] * 5)}
     assert indifferent(five, 5, Race(None, {}, incumbent=1.0)) == (
         "indifferent after 5 pairs: at best 1.002x, not 0.5% better than the baseline")
-    assert not indifferent({"w0": ([1.0, 1.0], [1.0, 1.0])}, 2, race(None, incumbent=1.0))
+    assert not indifferent({"w0": ([1.0], [1.0])}, 1, race(None, incumbent=1.0))
     assert indifferent(neutral, 3, race(None, incumbent=1.0)) == (
         "indifferent after 3 pairs: at best 1.004x, not 0.5% better than the baseline")
     assert indifferent(neutral, 3, race(None, incumbent=0.97)).endswith(
@@ -155,8 +180,8 @@ def test_the_indifference_zone_needs_an_incumbent_3_pairs_and_noise_or_5_pairs_a
 
 
 def test_before_the_noise_is_known_a_neutral_candidate_stops_at_5_pairs_and_a_faster_one_is_found():
-    # A target's first evaluations: no earlier pairs give the noise, the zone reads the
-    # candidate's own interval.  Without the zone a neutral candidate took 11.4 pairs.
+    # A target's first evaluations: no earlier pairs give the noise, the zone takes the
+    # candidate's own.  Without the zone a neutral candidate took 11.4 pairs.
     first = Race(None, {}, incumbent=1.0)
     rng = np.random.default_rng(8)
     neutral = [measure(rng, 1.0, first) for _ in range(SIMULATIONS)]

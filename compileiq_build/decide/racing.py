@@ -9,7 +9,8 @@ the target's earlier search evaluations (`Race`, made by `race_for`):
   no longer be a winner (a minimizing step: can no longer serve as well as the configuration
   it reduces), and its remaining benchmarks are not run;
 - the indifference zone (`indifferent`): from `INDIFFERENT_PAIRS` pairs on, a candidate that
-  cannot beat the best so far by `precision`, the resolution the user asked for.
+  cannot beat the best so far by a gain worth the noise: `precision`, the resolution the user
+  asked for, or more on a benchmark noisier than that.
 
 Pure functions of the costs so far, apart from `race_for`, which reads the store.  What the
 rules cost and save, measured on recorded H200 pairs: benchmarks/results/measurement/README.md.
@@ -25,7 +26,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from compileiq_build.decide.selection import FINALISTS, TargetResults, finalists
-from compileiq_build.decide.stats import geometric_mean, ratio_estimate
+from compileiq_build.decide.stats import geometric_mean, hodges_lehmann, ratio_estimate
 from compileiq_build.store.database import MEASURED
 
 if TYPE_CHECKING:
@@ -42,10 +43,11 @@ RACE_SIGMAS = 3.0
 RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
 NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
 # Indifference zone: see the module docstring.
-INDIFFERENT_PAIRS = 3
-OWN_INTERVAL_PAIRS = 5  # a workload of unknown noise: its sign-test interval, from 5 pairs (94%)
+INDIFFERENT_PAIRS = 2
+OWN_NOISE_PAIRS = 5  # a workload of unknown noise: the candidate's own, from 5 pairs (4 steps)
 INDIFFERENT_Z = 2.0
-MEDIAN_SD = 1.2533  # sd of a normal sample's median, in units of sd / sqrt(n): sqrt(pi / 2)
+HL_SD = 1.03  # sd of the Hodges-Lehmann estimate in units of sd / sqrt(n): 1 at 2 pairs, 1.01-1.05 at 3-20
+NOISE_ZONE = 1.05  # the zone's width in units of the workload's noise, where wider than --precision
 
 
 @dataclass(frozen=True)
@@ -123,49 +125,48 @@ def raced_out(costs: Costs, pairs: int, race: Race | None) -> str:
     return ""
 
 
-def indifferent(costs: Costs, pairs: int, race: Race | None, max_pairs: int | None = None) -> str:
-    """Why the candidate cannot beat the incumbent by the race's precision, or "" while it
+def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
+    """Why the candidate cannot beat the incumbent by a gain worth the noise, or "" while it
     still can.
 
-    The incumbent is the best search candidate found faster, else the baseline.  The bound is
-    the geometric mean over workloads (the evaluation's other benchmarks' pairs included) of
-    exp(median log ratio - h(pairs)), h(n) = `INDIFFERENT_Z` x `MEDIAN_SD` x sigma / sqrt(n),
-    2.3% one sided per look, or, for a workload whose noise is not known yet, the low end of
-    its sign-test interval once it has `OWN_INTERVAL_PAIRS`; the candidate stops when the bound
-    lies above incumbent x (1 - precision).
-    With `max_pairs`, a workload still measured whose h(max_pairs) exceeds the precision (too
-    noisy to resolve it) gets h(max_pairs) back: the candidate stops when, even at the low end
-    of its interval, the pairs it may still take could not show it better.  One whose interval
-    says faster still gets `min_pairs` first (`sampling_done`)."""
+    The incumbent is the best search candidate found faster, else the baseline.  A workload's
+    bound (the evaluation's other benchmarks' pairs included) is its Hodges-Lehmann log ratio
+    minus h(n) = `INDIFFERENT_Z` x `HL_SD` x sigma / sqrt(n), 2.3% one sided per look; sigma is
+    the noise pooled over the target's earlier evaluations, else, from `OWN_NOISE_PAIRS`, the
+    candidate's own (its successive differences, as `race_for` pools them).  The candidate
+    stops when the bounds' geometric mean lies above incumbent x (1 - zone), zone the larger of
+    the precision and `NOISE_ZONE` x the workloads' mean sigma.  Why the noise: a gain below one
+    sigma shows in fewer than 84% of pairs, so the sign test needs 8 or more to call it and the
+    zone as many to tell it from nothing; with the precision alone every neutral candidate paid
+    that (simulated at 0.8% and 1% noise: 11.0 and 6.2 pairs; 10-13 live on ~1% GPU kernels).
+    Why Hodges-Lehmann: the median's sd is 1.25 sigma / sqrt(n), so the same bound took 1.5
+    times the pairs.  Now 4.6 pairs from 0.5% to 1.5% noise, 2% gains found as before
+    (benchmarks/results/racing/README.md).  One whose interval says faster still gets
+    `min_pairs` first (`sampling_done`)."""
     if race is None or race.incumbent is None or pairs < INDIFFERENT_PAIRS:
         return ""
-    bounds, noisy = [], False
+    if pairs <= RACE_PAIRS and not race.last:
+        return ""  # a probe (pairing.py): the later benchmarks have no pairs yet
+    bounds, sigmas = [], []
     for workload, (cand, base) in {**race.others, **costs}.items():
-        sigma = race.noise.get(workload)
         if not cand:
             return ""
-        if sigma is None:
-            # No noise known yet (a target's first evaluations): the exact interval's low end.
-            if len(cand) < OWN_INTERVAL_PAIRS:
-                return ""
-            bounds.append(math.log(ratio_estimate(cand, base).low))
-            continue
         logs = [math.log(c / b) for c, b in zip(cand, base, strict=False)]
-        # A benchmark too noisy to resolve the precision within max_pairs: its pairs to come.
-        horizon = _half_width(sigma, max_pairs) if max_pairs and workload in costs else 0.0
-        horizon = horizon if horizon > race.precision else 0.0
-        noisy = noisy or horizon > 0
-        bounds.append(statistics.median(logs) - _half_width(sigma, len(logs)) + horizon)
+        sigma = race.noise.get(workload)
+        if sigma is None:
+            if len(logs) < OWN_NOISE_PAIRS:
+                return ""
+            sigma = statistics.median(abs(a - b) for a, b in pairwise(logs)) / NORMAL_STEP
+        sigmas.append(sigma)
+        bounds.append(hodges_lehmann(logs) - INDIFFERENT_Z * HL_SD * sigma / math.sqrt(len(logs)))
+    zone = max(race.precision, NOISE_ZONE * statistics.mean(sigmas))
     bound = math.exp(sum(bounds) / len(bounds))
-    if bound <= race.incumbent * (1 - race.precision):
+    if bound <= race.incumbent * (1 - zone):
         return ""
     best = "the baseline" if race.incumbent >= 1 else f"the best so far, {1 / race.incumbent:.3f}x"
-    return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {race.precision:.1%} "
-            f"better than {best}" + (f" within {max_pairs} pairs" if noisy else ""))
-
-
-def _half_width(sigma: float, pairs: int) -> float:
-    return INDIFFERENT_Z * MEDIAN_SD * sigma / math.sqrt(pairs)
+    worth = "" if zone == race.precision else " (the noise's)"
+    return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {zone:.1%}{worth} "
+            f"better than {best}")
 
 
 def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
@@ -176,7 +177,7 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
         return True
     if raced_out(costs, pairs, race):
         return True
-    if indifferent(costs, pairs, race, sampling.max_pairs) and (pairs >= sampling.min_pairs or not any(
+    if indifferent(costs, pairs, race) and (pairs >= sampling.min_pairs or not any(
             ratio_estimate(c, b).faster for c, b in costs.values())):
         return True  # one that looks faster still gets the pairs that a "faster" call needs
     if elapsed > sampling.time_cap:

@@ -82,3 +82,12 @@ def relative_spread(values: Sequence[float]) -> float:
     arr = np.asarray(values, dtype=float)
     med = float(np.median(arr))
     return float(np.median(np.abs(arr - med)) / med) if med > 0 else math.inf
+
+
+def hodges_lehmann(values: Sequence[float]) -> float:
+    """The median of the pairwise means (each value with itself included): the signed-rank
+    test's estimate of the centre.  Under normal noise its sd is about 1.02 sd / sqrt(n) (the
+    median's 1.25: the mean's efficiency), and from 4 values on one wild value cannot carry it."""
+    arr = np.asarray(values, dtype=float)
+    i, j = np.triu_indices(len(arr))
+    return float(np.median((arr[i] + arr[j]) / 2.0))
