@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Sampling
 from compileiq_build.decide.selection import Outcome
 from compileiq_build.errors import CompileIQError
@@ -126,19 +126,7 @@ class Checker:
         self.toolchain = (toolchain or self.project.source_dir / DEFAULT_NAME).resolve()
         self.options = options
         self.notes = notes
-        self.deadline = time.monotonic() + options.time_limit if options.time_limit else None
-
-    def _sampling(self, workloads: int) -> Sampling:
-        """Validation's sampling (twice tune's runs), each workload's share of the time left capping
-        its measuring (--time-limit bounds the whole check)."""
-        sampling = Sampling.of(self.options).scaled(2)
-        if self.deadline is None:
-            return sampling
-        share = max(1.0, self.deadline - time.monotonic()) / max(1, workloads)
-        return replace(sampling, time_cap=min(sampling.time_cap, share))
-
-    def _out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+        self.clock = Clock(options.time_limit)  # as tune's: a share per unit, measuring stops at its end
 
     def run(self, command: str) -> CheckResult:
         if not self.toolchain.is_file():
@@ -167,22 +155,22 @@ class Checker:
                                     any("CUDA" in u.languages for u in units), self.notes)
             session = store.start_session(command, {**environment.describe(gpus),
                                                     "toolchain": self.toolchain.name})
-            for unit in units:
+            for done, unit in enumerate(units):
                 tree_unit = started.tree_project.target(unit.name)
                 flags = shipped_flags(tree_unit, variables)
                 if not flags:
                     self.notes.note(f"{unit.name}: the toolchain file has no flags for it here; nothing "
                                     "to check")
                     continue
-                if self._out_of_time():
-                    result.verdicts.append(Verdict(unit.name, UNCHECKED, f"{unit.name}: not checked: "
-                                                   "time limit reached"))
+                self.clock.share(len(units) - done)  # an equal part of what --time-limit leaves
+                if why := self.clock.why_stop():
+                    result.verdicts.append(Verdict(unit.name, UNCHECKED, f"{unit.name}: not checked: {why}"))
                     continue
                 code = variables.get(code_variable(tree_unit.id, tree_unit.arch_keys), [])
                 benchmarks = started.tree_project.benchmarks_for(unit.name)
                 evaluator = Evaluator(tree_unit, benchmarks, started.workers[:1], store, session,
-                                      self._sampling(len(benchmarks)), ninja_jobs(1), self.notes,
-                                      self.options.build_timeout)
+                                      Sampling.of(self.options).scaled(2), ninja_jobs(1), self.notes,
+                                      self.options.build_timeout, self.clock)
                 result.verdicts.append(self._check(evaluator, flags, code))
             for worker in started.workers:
                 worker.reset()
