@@ -24,6 +24,7 @@ from compileiq_build.decide.selection import NoWinner, Winner, decisions, merged
 from compileiq_build.errors import CompileIQError, Interrupted
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine import environment
+from compileiq_build.machine.cpu import Busy, CpuLoadMonitor
 from compileiq_build.options import TuneOptions
 from compileiq_build.project.manifest import Benchmark, Project, Target, jit_warning, load_project
 from compileiq_build.project.workspace import Workspace
@@ -183,6 +184,26 @@ class Tuner:
                 f"--gpus {','.join(map(str, self.options.gpus))}: nvidia-smi finds no GPU on this "
                 "machine. C++ targets are measured on the CPU: leave --gpus out.")
 
+    @contextmanager
+    def _cpu_load(self, target: Target, store: Store, session: int) -> Iterator[None]:
+        """While a C++ target is tuned: other processes' CPU load, warned of as it begins and
+        recorded with the session (the reports say so), as the shared-GPU check does for GPUs."""
+        if "CUDA" in target.languages:
+            yield
+            return
+
+        def busy(b: Busy) -> None:
+            self.report.note(f"warning: {target.name}: {b.text()} while its CPU benchmarks ran: they "
+                             "measure that load as noise, or as a difference that is not the flags'")
+
+        with CpuLoadMonitor(busy) as monitor:
+            try:
+                yield
+            finally:
+                if monitor.busy:
+                    store.update_session(session, "cpu_load",
+                                         {target.name: [b.text() for b in monitor.busy]})
+
     def _note_killed(self, store: Store) -> None:
         """Evaluations a killed run left running (the lock says no other run is): said, as the
         store marks them interrupted and the search measures them afresh."""
@@ -241,8 +262,9 @@ class Tuner:
                 self.report.note(f"warning: {warning}")
         result = TuneResult()
         for i, target in enumerate(targets):
-            decision = self._tune_target(target, workers, tree_project, arch, store, session,
-                                         len(targets) - i, first=i == 0)
+            with self._cpu_load(target, store, session):
+                decision = self._tune_target(target, workers, tree_project, arch, store, session,
+                                             len(targets) - i, first=i == 0)
             if isinstance(decision, Winner):
                 result.winners.append(decision)
             else:
