@@ -9,13 +9,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from conftest import compile_commands
 
-import compileiq_build
 from compileiq_build.decide.selection import finalists, outcomes, pairs
 from compileiq_build.project.manifest import load_manifest
+from compileiq_build.search.prior import SHIPPED
 from compileiq_build.store.database import read_store
 
 
@@ -102,7 +101,7 @@ def test_model_guided_search_end_to_end(cxx_project, configure):
     learned = subprocess.run([sys.executable, "-m", "compileiq_build", "learn", "--add", str(build),
                               "--output", str(cxx_project / "p.txt")], capture_output=True, text=True)
     assert learned.returncode == 0, learned.stderr
-    shipped = json.loads((Path(compileiq_build.__file__).parent / "data" / "prior.json").read_text())
+    shipped = json.loads(SHIPPED.with_suffix(".json").read_text())
     assert json.loads((cxx_project / "p.json").read_text())["kernels"] == shipped["kernels"]
 
 
