@@ -246,3 +246,21 @@ def test_a_run_stopped_by_ctrl_c_still_leaves_passengers_out(cxx_project, config
     assert shipped.flags == {"CXX": ("-O3",)} and shipped.unchecked == ()
     assert [(d.option, d.why) for d in shipped.dropped] == [
         ("CXX:no-math-errno=on", "the machine code is the same without it")]
+
+
+def test_a_cpu_search_stopped_by_the_time_limit_says_why(cxx_project, configure):
+    # One slot, CPU benchmarks (no overlap): the candidate compiled when the time ran out is not
+    # measured; the search's stop reason was printed empty ('   saxpy: ') when its slot was lost.
+    from compileiq_build.decide.clock import Clock
+    from compileiq_build.search.history import history
+    from compileiq_build.search.loop import Proposals, run_search
+    from compileiq_build.search.strategies import Exhaustive
+
+    space = FlagSpace((Dimension("CXX", "O", ("2", "3"), "-O{v}", 1),
+                       Dimension("CXX", "unroll-loops", ("on",), "-funroll-loops", 1)))
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1])
+    clock = Clock(60, now=lambda: 100.0 if store.evaluations("saxpy", phase="search") else 0.0)
+    proposals = Proposals(Exhaustive(), space, lambda: history(evaluator), budget=100, clock=clock)
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=False)
+    store.close()
+    assert proposals.finished == "time limit reached"
