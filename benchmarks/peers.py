@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from compileiq_build.build.space import Config
 from compileiq_build.search.loop import CANDIDATES_PER_EVALUATION
-from compileiq_build.search.strategies import Context, Proposal, Stop
+from compileiq_build.search.strategies import Context, Proposal, Stop, Trial
 
 
 class Ask(Protocol):
@@ -50,12 +50,14 @@ class PeerStrategy:
     """A peer engine as a strategy of the search loop: it runs in a thread of its own, and each
     configuration it asks for is the next proposal (`config_of` maps its labels to the space's
     configuration, e.g. a table's nearest row); its answer is the proposal's outcome as the loop
-    measured it (`unit`: the baseline's time).  `close` ends the engine once the loop has ended."""
+    measured it (`time_of`: the time of a measured trial; default its ratio to the baseline).
+    `close` ends the engine once the loop has ended."""
 
     def __init__(self, name: str, peer: Peer, dims: dict[str, list[str]], budget: int, seed: int,
-                 config_of: Callable[[dict[str, str]], Config], unit: float = 1.0) -> None:
+                 config_of: Callable[[dict[str, str]], Config],
+                 time_of: Callable[[Trial], float] = lambda trial: trial.ratio or math.inf) -> None:
         self.name, self._peer, self._dims, self._budget, self._seed = name, peer, dims, budget, seed
-        self._config_of, self._unit = config_of, unit
+        self._config_of, self._time_of = config_of, time_of
         self.left = budget
         self._questions: queue.Queue[dict[str, str] | None] = queue.Queue()  # None: the engine ended
         self._answers: queue.Queue[float] = queue.Queue()
@@ -83,8 +85,8 @@ class PeerStrategy:
         self.left = max(0, self._budget - context.spent)
         if self._asked is not None:
             outcome = context.outcome(self._asked)
-            ratio = outcome.ratio if outcome is not None else None
-            self._answers.put(math.inf if ratio is None else ratio * self._unit)
+            measured = outcome is not None and outcome.ratio is not None
+            self._answers.put(self._time_of(outcome) if outcome is not None and measured else math.inf)
             self._asked = None
         if self._thread is None:
             self._thread = threading.Thread(target=self._engine, name=self.name, daemon=True)

@@ -159,14 +159,16 @@ def ours(table: Table, name: str, seed: int, load_prior: Callable[[], Prior | No
                            transfer)[0]
 
 
-def run_ours(table: Table, strategy: Strategy, budget: int, ahead: int | None = None) -> list[float]:
+def run_ours(table: Table, strategy: Strategy, budget: int, ahead: int | None = None,
+             by_code: dict[str, float] | None = None) -> list[float]:
     """Times measured, in order (one per evaluation), by a strategy choosing among the table's rows
     through `tune`'s loop (loop.drive): a row of a code measured before is free, the budget counts
     distinct codes, the candidate bound, vetting and compiling ahead are tune's.
 
     Every row's code and features are known from the start (as if all were compiled), unless
     `ahead` is given: then only those of the rows compiled, those proposed and `ahead` per
-    evaluation that the strategy's `scout` names (tune --compile-ahead)."""
+    evaluation that the strategy's `scout` names (tune --compile-ahead).  `by_code` gets each
+    code's time as measured."""
     base = table.times[table.baseline]
     times: list[float] = []
 
@@ -182,6 +184,8 @@ def run_ours(table: Table, strategy: Strategy, budget: int, ahead: int | None = 
     def measure(config: Config, code: str) -> Measured:
         row = row_of(config)
         times.append(table.times[row])
+        if by_code is not None:
+            by_code[code] = table.times[row]
         return Measured(table.times[row] / base, table.times[row] < base, table.spreads[row])
 
     known = [Candidate(_keyed(r), c, f) if ahead is None or i == table.baseline else Candidate(_keyed(r), "")
@@ -202,10 +206,13 @@ def run_peer(table: Table, peer: Peer, budget: int, seed: int, name: str = "peer
     def row(labels: tuple[tuple[str, str], ...]) -> Config:
         return _keyed(table.rows[table.nearest(dict(labels), rng)])
 
+    # The engine is told the time measured (not the loop's ratio times the baseline's: SMAC's
+    # forest follows the last bit of its costs).
+    by_code = {table.codes[table.baseline]: table.times[table.baseline]}
     strategy = PeerStrategy(name, peer, table.dims, budget, seed, lambda config: row(tuple(config.items())),
-                            table.times[table.baseline])
+                            lambda trial: by_code[trial.code])
     try:
-        return run_ours(table, strategy, budget)
+        return run_ours(table, strategy, budget, by_code=by_code)
     finally:
         strategy.close()
 
