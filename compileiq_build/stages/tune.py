@@ -142,12 +142,12 @@ def _stop_on_ctrl_c(report: Reporter, clock: Clock) -> Iterator[None]:
 
 class Tuner:
     def __init__(self, build_dir: Path, options: TuneOptions, reporter: Reporter) -> None:
-        self.build_dir = build_dir.resolve()
+        self.workspace = Workspace(build_dir)
+        self.build_dir = self.workspace.build_dir
         self.options = options
         self.report = reporter
         self.project = load_project(self.build_dir)
         self.gpus = environment.detect_gpus()
-        self.workspace = Workspace(self.build_dir)
         self.clock = Clock(options.time_limit)  # starts now: the whole run counts
         self.shared_gpu: list[dict[str, object]] = []  # other processes on the GPUs measured
         self._prior: Prior | bool | None = False  # loaded on first use (False: not yet)
