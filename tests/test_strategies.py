@@ -89,6 +89,7 @@ def test_random_never_repeats_and_is_reproducible():
 def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
     from types import SimpleNamespace
 
+    from compileiq_build.decide.selection import TargetResults
     from compileiq_build.search.history import transfer
     from compileiq_build.store.database import MEASURED, open_store
     from compileiq_build.store.records import Sample
@@ -105,7 +106,8 @@ def test_warm_start_takes_other_targets_of_the_same_architecture(tmp_path):
             store.add_sample(e, "candidate", rep, Sample("w", cost, cost, 0.1, 0, ""))
             store.add_sample(e, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
         store.finish_evaluation(e, MEASURED)
-    evaluator = SimpleNamespace(store=store, target=SimpleNamespace(name="stencil"), arch_keys=cuda)
+    evaluator = SimpleNamespace(store=store, target=SimpleNamespace(name="stencil"), arch_keys=cuda,
+                                results=TargetResults(store, "stencil", cuda))
     prior = transfer(evaluator)
     assert sorted((config_key(t.config), t.ratio, t.faster) for t in prior) == [
         ("CUDA:rul=1", 1.2, False), ("CUDA:rul=3", 0.9, True)]  # not its own, not another arch's

@@ -209,7 +209,8 @@ def test_the_time_limit_holds_with_validation_and_minimizing_and_the_search_uses
         shown.setdefault(number, text)
     twins = re.findall(r"\] random: \(machine code of evaluation (\d+)\) CXX:\S+(?: CXX:\S+)*: (.*)$",
                        log, re.M)
-    assert twins and all(shown[number] == text for number, text in twins), log
+    # A twin repeats the measurement, not the racing remark that followed it (`; raced out ...`).
+    assert twins and all(shown[number].startswith(text) for number, text in twins), log
     # The whole run, its validation and minimizing included, within the limit and one benchmark
     # run (with a second for what follows the last step: the decision and the toolchain file).
     longest_run = store.db.execute("SELECT MAX(wall_s) FROM samples").fetchone()[0]

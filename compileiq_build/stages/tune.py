@@ -140,6 +140,36 @@ def _stop_on_ctrl_c(report: Reporter, clock: Clock) -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+@contextmanager
+def cpu_load_watch(report: Reporter, target: Target, store: Store, session: int) -> Iterator[None]:
+    """While a C++ target is tuned: other processes' CPU load, warned of as it begins and
+    recorded with the session (the reports say so), as the shared-GPU check does for GPUs."""
+    if "CUDA" in target.languages:
+        yield
+        return
+
+    def busy(b: Busy) -> None:
+        report.note(f"warning: {target.name}: {b.text()} while its CPU benchmarks ran: they "
+                         "measure that load as noise, or as a difference that is not the flags'")
+
+    with CpuLoadMonitor(busy) as monitor:
+        try:
+            yield
+        finally:
+            if monitor.busy:
+                store.update_session(session, "cpu_load",
+                                     {target.name: [b.text() for b in monitor.busy]})
+
+def note_killed(report: Reporter, store: Store) -> None:
+    """Evaluations a killed run left running (the lock says no other run is): said, as the
+    store marks them interrupted and the search measures them afresh."""
+    killed = [e for e in store.evaluations() if e.status == RUNNING]
+    for e in killed:
+        report.note(f"{e.target}: the last run ended (killed?) while evaluating {e.config_key} "
+                         f"({e.phase}); its measurements are kept, not counted: it is measured afresh "
+                         "if proposed again")
+
+
 class Tuner:
     def __init__(self, build_dir: Path, options: TuneOptions, reporter: Reporter) -> None:
         self.workspace = Workspace(build_dir)
@@ -184,35 +214,6 @@ class Tuner:
                 f"--gpus {','.join(map(str, self.options.gpus))}: nvidia-smi finds no GPU on this "
                 "machine. C++ targets are measured on the CPU: leave --gpus out.")
 
-    @contextmanager
-    def _cpu_load(self, target: Target, store: Store, session: int) -> Iterator[None]:
-        """While a C++ target is tuned: other processes' CPU load, warned of as it begins and
-        recorded with the session (the reports say so), as the shared-GPU check does for GPUs."""
-        if "CUDA" in target.languages:
-            yield
-            return
-
-        def busy(b: Busy) -> None:
-            self.report.note(f"warning: {target.name}: {b.text()} while its CPU benchmarks ran: they "
-                             "measure that load as noise, or as a difference that is not the flags'")
-
-        with CpuLoadMonitor(busy) as monitor:
-            try:
-                yield
-            finally:
-                if monitor.busy:
-                    store.update_session(session, "cpu_load",
-                                         {target.name: [b.text() for b in monitor.busy]})
-
-    def _note_killed(self, store: Store) -> None:
-        """Evaluations a killed run left running (the lock says no other run is): said, as the
-        store marks them interrupted and the search measures them afresh."""
-        killed = [e for e in store.evaluations() if e.status == RUNNING]
-        for e in killed:
-            self.report.note(f"{e.target}: the last run ended (killed?) while evaluating {e.config_key} "
-                             f"({e.phase}); its measurements are kept, not counted: it is measured afresh "
-                             "if proposed again")
-
     def profile(self, command: str) -> list[str]:
         """No search: profile the benchmarks of the chosen CUDA targets (stored, printed as the
         search would) and return the groups the profiles suggest, as CMake lines."""
@@ -223,7 +224,7 @@ class Tuner:
                                  "with --targets.")
         self._check_gpus_named()
         with exclusive_store(self.build_dir) as store:
-            self._note_killed(store)
+            note_killed(self.report, store)
             gpus = measuring_gpus(self.gpus, self.options.gpus, self.report)[:1]
             self.shared_gpu = check_gpus_free(gpus, self.options.allow_shared_gpu, self.report)
             self.report.phase("configuring the baseline build tree")
@@ -248,7 +249,7 @@ class Tuner:
                                  f"{', '.join(w.name for w in workers)}, {workers[0].slots} candidates "
                                  "compiled ahead for each")
             described = {**self._environment(), "workers": [w.name for w in workers]}
-            self._note_killed(store)
+            note_killed(self.report, store)
             session = store.start_session(command, described)
             return self._tune(targets, workers, started.tree_project, started.arch, store, session)
         finally:
@@ -262,7 +263,7 @@ class Tuner:
                 self.report.note(f"warning: {warning}")
         result = TuneResult()
         for i, target in enumerate(targets):
-            with self._cpu_load(target, store, session):
+            with cpu_load_watch(self.report, target, store, session):
                 decision = self._tune_target(target, workers, tree_project, arch, store, session,
                                              len(targets) - i, first=i == 0)
             if isinstance(decision, Winner):
