@@ -186,12 +186,11 @@ def test_an_open_replay_measures_distinct_codes_of_the_whole_space():
     from benchmarks.synthetic import Landscape
 
     land = Landscape(random.Random(3))
-    best = open_replay.optimum(land)
-    times = open_replay.run(land, budget=8, seed=0, ahead=3)
-    assert len(times) == 8 and len(set(times)) == 8  # one time per code: 8 distinct codes
-    assert min(times) >= best
-    result = open_replay.replay(3, budget=8, seeds=2, ahead=3)
-    assert result["runs"] == 2 and 0.0 <= result["fraction_at_budget"] <= 1.0
+    best = open_replay.optimum(land)  # every configuration compiled: the test's cost, paid once
+    for seed in (0, 1):
+        times = open_replay.run(land, budget=8, seed=seed, ahead=3)
+        assert len(times) == 8 and len(set(times)) == 8  # one time per code: 8 distinct codes
+        assert min(times) >= best
 
 
 _LINE = FlagSpace((Dimension("T", "a", ("1", "2", "3", "4", "5", "6"), "{v}"),))
