@@ -23,6 +23,20 @@ function(_compileiq_group_name sources out)
   set(${out} "${group}" PARENT_SCOPE)
 endfunction()
 
+# The target <name> stands for (an ALIAS resolved), in <out>; a name that is no target is an error.
+function(_compileiq_real_target name out)
+  if(NOT TARGET "${name}")
+    message(FATAL_ERROR
+      "compileiq_tune(): '${name}' is not a target. Call compileiq_tune() "
+      "after the add_library() or add_executable() that defines it, and check the spelling.")
+  endif()
+  get_target_property(aliased "${name}" ALIASED_TARGET)
+  if(aliased)
+    set(name "${aliased}")
+  endif()
+  set(${out} "${name}" PARENT_SCOPE)
+endfunction()
+
 # Record that <tgt> is tuned in <languages>: whole (<group> "") or group <group> of <sources>
 # (its files, and the call that named them).
 function(_compileiq_mark tgt group languages sources)
@@ -372,15 +386,7 @@ function(_compileiq_standalone_tune)
     set(languages CUDA)
   endif()
   foreach(tgt IN LISTS arg_UNPARSED_ARGUMENTS)
-    if(NOT TARGET "${tgt}")
-      message(FATAL_ERROR
-        "compileiq_tune(): '${tgt}' is not a target. Call compileiq_tune() "
-        "after the add_library() or add_executable() that defines it, and check the spelling.")
-    endif()
-    get_target_property(aliased "${tgt}" ALIASED_TARGET)
-    if(aliased)
-      set(tgt "${aliased}")
-    endif()
+    _compileiq_real_target("${tgt}" tgt)
     _compileiq_mark("${tgt}" "${group}" "${languages}" "${arg_SOURCES}")
   endforeach()
   get_property(deferred GLOBAL PROPERTY _COMPILEIQ_STANDALONE_DEFERRED)

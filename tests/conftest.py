@@ -149,3 +149,15 @@ def write_finalists(evaluator: Evaluator, store: Store, ratio: float, noise: flo
                 for role, cost in (("candidate", ratio * (1 + noise * (rep % 2))), ("baseline", 1.0)):
                     store.add_sample(row, role, rep, Sample(bench.workload, cost, cost, 0.1, 0, ""))
         store.finish_evaluation(row, MEASURED)
+
+
+def stored_evaluation(store: Store, session: int, key: str, phase: str, ratio: float,
+                      arch: dict[str, str] | None = None) -> None:
+    """A measured evaluation of saxpy's `key` with 10 pairs at this cost ratio to the baseline."""
+    ev = store.begin_evaluation(session, "saxpy", arch or {"CXX": "x86_64"}, key, {"CXX:x": key},
+                                {"CXX": [f"-f{key}"]}, "staged", phase)
+    for rep in range(10):
+        cost = ratio * (1 + 0.001 * (rep % 3))
+        store.add_sample(ev, "candidate", rep, Sample("w", cost, cost, 0.1, 0, ""))
+        store.add_sample(ev, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
+    store.finish_evaluation(ev, MEASURED)

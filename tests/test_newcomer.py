@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cxx_evaluator
+from conftest import cxx_evaluator, stored_evaluation
 from filelock import FileLock
 
 from compileiq_build.build.space import Dimension, FlagSpace
@@ -25,7 +25,6 @@ from compileiq_build.results.progress import Reporter
 from compileiq_build.run.measure import run_workload
 from compileiq_build.stages.minimize import minimize_winner
 from compileiq_build.store.database import Store
-from compileiq_build.store.records import Sample
 
 CLI = [sys.executable, "-m", "compileiq_build"]
 QUICK = ["--strategy", "staged", "--budget", "1", "--repeats", "2", "--max-repeats", "2"]
@@ -184,13 +183,7 @@ def test_after_failed_validations_the_decision_does_not_contradict_them(tmp_path
     for key, ratio, phase in [("a", 0.80, "search"), ("b", 0.82, "search"), ("c", 0.84, "search"),
                               ("d", 0.86, "search"), ("e", 0.88, "search"),
                               ("a", 1.0, "validate"), ("b", 1.0, "validate"), ("c", 1.0, "validate")]:
-        ev = store.begin_evaluation(session, "saxpy", arch, key, {"CXX:x": key}, {"CXX": [f"-f{key}"]},
-                                    "staged", phase)
-        for rep in range(10):
-            cost = ratio * (1 + 0.001 * (rep % 3))
-            store.add_sample(ev, "candidate", rep, Sample("w", cost, cost, 0.1, 0, ""))
-            store.add_sample(ev, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
-        store.finish_evaluation(ev, "measured")
+        stored_evaluation(store, session, key, phase, ratio, arch)
     decision = decide(store, "saxpy", arch)
     store.close()
     assert isinstance(decision, NoWinner) and decision.pending == ("d", "e")

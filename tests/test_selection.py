@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import stored_evaluation
+
 from compileiq_build.decide.selection import (
     NoWinner,
     Winner,
@@ -14,29 +16,19 @@ from compileiq_build.decide.selection import (
 )
 from compileiq_build.stages.tune import decision_note
 from compileiq_build.store.database import Store
-from compileiq_build.store.records import Sample
 
 ARCH = {"CXX": "x86_64"}
 
 
-def _evaluate(store: Store, session: int, key: str, phase: str, ratio: float) -> None:
-    """An evaluation of `key` with 10 pairs at this cost ratio to the baseline."""
-    ev = store.begin_evaluation(session, "saxpy", ARCH, key, {"CXX:x": key}, {"CXX": [f"-f{key}"]},
-                                "staged", phase)
-    for rep in range(10):
-        cost = ratio * (1 + 0.001 * (rep % 3))
-        store.add_sample(ev, "candidate", rep, Sample("w", cost, cost, 0.1, 0, ""))
-        store.add_sample(ev, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
-    store.finish_evaluation(ev, "measured")
 
 
 def _store(path: Path, searched: dict[str, float], validated: dict[str, float]) -> Store:
     store = Store(path)
     session = store.start_session("test", {})
     for key, ratio in searched.items():
-        _evaluate(store, session, key, "search", ratio)
+        stored_evaluation(store, session, key, "search", ratio)
     for key, ratio in validated.items():
-        _evaluate(store, session, key, "validate", ratio)
+        stored_evaluation(store, session, key, "validate", ratio)
     return store
 
 
@@ -52,10 +44,10 @@ def test_a_validated_winner_stays_until_a_better_one_is_validated(tmp_path):
     assert [o.evaluation.config_key for o in pending_validation(store, "saxpy", ARCH)] == ["a", "b", "c", "d"]
     assert decision.gains[0].estimate.ratio < 1
     # A better one that did not hold up is no longer pending; one that held up replaces 'old'.
-    _evaluate(store, 1, "a", "validate", 1.0)
+    stored_evaluation(store, 1, "a", "validate", 1.0)
     decision = decide(store, "saxpy", ARCH)
     assert decision.config_key == "old" and decision.pending == ("b", "c", "d")
-    _evaluate(store, 1, "c", "validate", 0.85)
+    stored_evaluation(store, 1, "c", "validate", 0.85)
     decision = decide(store, "saxpy", ARCH)
     assert decision.config_key == "c" and decision.pending == ("b",)
     store.close()
@@ -67,7 +59,7 @@ def test_no_winner_says_whether_candidates_await_validation(tmp_path):
     assert isinstance(decision, NoWinner) and decision.pending == ("b",)
     assert ("1 candidates faster in the search did not hold up when re-measured (a); 1 more were faster in "
             "the search and are not validated yet (3 measured)") in decision.reason
-    _evaluate(store, 1, "b", "validate", 1.0)
+    stored_evaluation(store, 1, "b", "validate", 1.0)
     decision = decide(store, "saxpy", ARCH)
     assert decision.pending == ()
     assert "none of the 2 candidates faster in the search held up when re-measured" in decision.reason
@@ -80,7 +72,7 @@ def test_the_log_says_why_the_winner_is_not_what_was_just_validated(tmp_path):
     assert decision_note(decision, ["x"]) == (
         f"saxpy: x did not hold up when re-measured; y is faster in the search but not validated yet; "
         f"old, validated in an earlier run, stays the winner ({decision.speedup:.3f}x)")
-    _evaluate(store, 1, "y", "validate", 0.85)
+    stored_evaluation(store, 1, "y", "validate", 0.85)
     decision = decide(store, "saxpy", ARCH)
     assert decision_note(decision, ["y"]) == f"saxpy: winner y ({decision.speedup:.3f}x)"
     store.close()
