@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import subprocess
@@ -10,10 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, stored_evaluation
+from rich.console import Console
 
+from compileiq_build.decide.selection import SAME_AS_BASELINE, outcomes
 from compileiq_build.results.effects import SAME_AS_BASELINE_CODE
+from compileiq_build.results.html import render_html
+from compileiq_build.results.progress import Reporter
 from compileiq_build.results.report import report
+from compileiq_build.store.database import MEASURED, Store
+from compileiq_build.store.records import Sample
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -88,7 +95,7 @@ def test_html_report_is_self_contained_and_complete(tuned, tmp_path):
     candidates = candidates[:candidates.index("</table>")]
     assert candidates.count("<tr><td data-sort=") == 5  # 2 x 3 configurations but the baseline
     xticks = re.findall(r'class="xtick"[^>]*>(\d+)<', text)
-    assert xticks and xticks[0] == "1" and xticks[-1] == "5"
+    assert xticks and xticks[0] == "1" and xticks[-1] == "4"  # evaluations: the baseline's code spent none
     assert re.findall(r'class="ytick"[^>]*>\d+\.\d+x<', text)
 
 
@@ -158,7 +165,8 @@ def test_html_report_says_what_ships(tuned, tmp_path):
         assert f"The search's best measurement, {best:.3f}x" in text and "(selection bias)" in text
     # Candidates reusing another's code are not counted as findings again; numbered as the log counts.
     assert "5 candidates measured (4 distinct machine codes)" in text  # -funroll-loops alone: the baseline's
-    assert [int(n) for n in re.findall(r'<tr><td data-sort="(\d+)">', text)] == [1, 2, 3, 4, 5]
+    numbers = re.findall(r'<tr><td data-sort="\d+">(\d*)</td>', text)
+    assert sorted(numbers) == ["", "1", "2", "3", "4"] and [n for n in numbers if n] == ["1", "2", "3", "4"]
     assert re.search(r"Noise: the baseline's runs spread by a median \d+\.\d+%", text)
     # The load seen while measuring, either way (this machine's other work may well show).
     assert ("no other process was seen using the GPU or the CPU while measuring" in text) != \
@@ -192,3 +200,49 @@ def test_html_report_fits_a_laptop_screen(tuned, tmp_path):
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     faster, _ = _bar(shot, "#2f855a")  # the verdict bars drawn at that width
     assert shot.is_file() and faster > 0
+
+
+def test_html_numbers_the_candidates_as_the_log_does(tmp_path):
+    """The candidates table's numbers are the progress counter's: candidates of a code measured
+    before (or of the baseline's) spend no evaluation, and a second worker's evaluation is
+    numbered when it finished, not when it started."""
+    store = Store(tmp_path / "r.sqlite")
+    session = store.start_session("test", {})
+    arch = {"CXX": "x86_64"}
+    # 'slow' starts first, on another worker, and finishes last.
+    slow = store.begin_evaluation(session, "saxpy", arch, "slow", {"CXX:x": "slow"}, {"CXX": ["-fslow"]},
+                                  "staged", "search")
+    for key, ratio in (("a", 0.8), ("twin", 0.8), ("base", 1.0), ("b", 0.9)):
+        stored_evaluation(store, session, key, "search", ratio, arch)
+    for rep in range(10):
+        store.add_sample(slow, "candidate", rep, Sample("w", 0.95, 0.95, 0.1, 0, ""))
+        store.add_sample(slow, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
+    store.finish_evaluation(slow, MEASURED)
+    ids = {r.config_key: r.id for r in store.evaluations("saxpy", arch, "search")}
+    store.set_code(ids["a"], "code-a", {}, None)
+    store.set_code(ids["twin"], "code-a", {}, ids["a"])
+    store.set_code(ids["base"], "code-base", {}, SAME_AS_BASELINE)
+    # The log, as tune prints it: each outcome as it finished.
+    log = io.StringIO()
+    reporter = Reporter(Console(file=log, highlight=False))
+    reporter.start(["saxpy"], 10)
+    found = {o.evaluation.config_key: o for o in outcomes(store, "saxpy", arch, "search")}
+    for key in ("a", "twin", "base", "b", "slow"):
+        reporter.outcome("saxpy", found[key])
+    # The log's number of a candidate: the counter, where it went up; a reused code names its twin's.
+    logged, counter = {}, 0
+    for line in log.getvalue().splitlines():
+        done, twin, key = re.match(r"\[saxpy (\d+)/10, .*?\] (?:\(machine code of evaluation (\d+)\) )?"
+                                   r"(\w+):", line).groups()
+        logged[key] = done if int(done) > counter else f"#{twin}" if twin else ""
+        counter = int(done)
+    page = render_html(store, "t")
+    store.close()
+    shown = {}
+    rows = re.findall(r'<tr><td data-sort="\d+">(\d*)</td><td><code>-f(\w+)</code>(.*?)</tr>', page, re.S)
+    for number, key, rest in rows:
+        twin = re.search(r"same machine code as (#\d+)", rest)
+        shown[key] = twin.group(1) if twin else number
+    assert logged == {"a": "1", "twin": "#1", "base": "", "b": "2", "slow": "3"}, log.getvalue()
+    assert shown == logged
+    assert "staged (3)" in page  # the curve counts evaluations too

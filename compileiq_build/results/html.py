@@ -49,6 +49,7 @@ from compileiq_build.results.effects import (
     removals,
     speedup_text,
 )
+from compileiq_build.results.progress import evaluation_numbers, log_order
 from compileiq_build.results.toolchain import DEFAULT_NAME
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store
@@ -61,7 +62,8 @@ _VERDICT_COLORS = {"faster": "#2f855a", "neutral": "#a0aec0", "slower": "#c05621
 class CandidateRow:
     """One measured candidate of the search, as the candidates table shows it."""
 
-    id: int  # the target's candidate number, in the order the search measured them
+    order: int  # its place among the target's candidates, in the order the log showed them
+    id: int | None  # its evaluation's number, as the log counts them; None: it reused a measured code
     flags: str
     verdict: str
     speedup: float | None  # geometric mean over workloads; None when invalid
@@ -71,15 +73,16 @@ class CandidateRow:
     note: str  # why it has no samples of its own
 
 
-def _candidate_row(o: Outcome, number: int, numbers: dict[int, int]) -> CandidateRow:
-    """`number`: the candidate's among its target's; `numbers`: store id -> that number."""
+def _candidate_row(o: Outcome, order: int, numbers: dict[int, int]) -> CandidateRow:
+    """`numbers`: store id -> evaluation number (progress.evaluation_numbers)."""
     row = o.evaluation
     flags = " ".join(f for fl in row.flags.values() for f in fl) or "(the project's flags)"
     own = o.valid and row.same_as != SAME_AS_BASELINE
     twin = f"#{numbers[row.same_as]}" if row.same_as in numbers else "an earlier measurement"
     note = ("same machine code as the baseline: not run" if row.same_as == SAME_AS_BASELINE
             else f"same machine code as {twin}: its samples" if row.same_as is not None else "")
-    return CandidateRow(number, flags, o.verdict if row.same_as != SAME_AS_BASELINE else "same code",
+    return CandidateRow(order, numbers.get(row.id), flags,
+                        o.verdict if row.same_as != SAME_AS_BASELINE else "same code",
                         1 / o.ratio if o.ratio else None, estimates_text(o.estimates) if own else "",
                         min((e.pairs for e in o.estimates.values()), default=0) if own else 0,
                         row.digest[:12], note)
@@ -306,7 +309,7 @@ def baseline_flags(build_dir: Path, project: Project, target: str) -> dict[str, 
 
 def _view(store: Store, target: str, arch: dict[str, str], project: Project | None = None,
           build_dir: Path | None = None) -> TargetView:
-    searched = outcomes(store, target, arch, "search")
+    searched = log_order(outcomes(store, target, arch, "search"))
     # A candidate of a code measured before took that one's samples: it is not another finding.
     own = [o for o in searched if o.evaluation.same_as is None or o.evaluation.same_as == SAME_AS_BASELINE]
     verdicts = Counter(o.verdict for o in own)
@@ -315,6 +318,8 @@ def _view(store: Store, target: str, arch: dict[str, str], project: Project | No
     series: dict[str, list[float]] = {}
     best: dict[str, float] = {}
     for o in searched:
+        if o.evaluation.same_as is not None:
+            continue  # no evaluation spent: the curve's x counts evaluations, as the log does
         s = o.evaluation.strategy
         if o.faster and o.ratio:
             best[s] = max(best.get(s, 1.0), 1 / o.ratio)
@@ -323,7 +328,7 @@ def _view(store: Store, target: str, arch: dict[str, str], project: Project | No
     counts = [(v, float(verdicts.get(v, 0))) for v in order]
     decision = decide(store, target, arch)
     measured = searched + remeasured(store, target, arch)
-    numbers = {o.evaluation.id: i for i, o in enumerate(searched, 1)}
+    numbers = evaluation_numbers(searched)
     rates = {b.workload for b in project.benchmarks if b.higher_is_better} if project else set()
     faster = [1 / o.ratio for o in searched if o.faster and o.ratio]
     ships = Ships(
@@ -340,7 +345,7 @@ def _view(store: Store, target: str, arch: dict[str, str], project: Project | No
         speedup_svg=speedup_chart(decision) if isinstance(decision, Winner) else "",
         moves=one_option_moves(measured),
         removals=removals(decision, measured) if isinstance(decision, Winner) else [],
-        candidates=[_candidate_row(o, numbers[o.evaluation.id], numbers) for o in searched],
+        candidates=[_candidate_row(o, i, numbers) for i, o in enumerate(searched, 1)],
         kernels=table_lines(store.kernel_times(cmake_target_of(target), arch)),
         codes=len({o.evaluation.id for o in own if o.evaluation.same_as is None}),
         reused=len(searched) - len(own), ships=ships,

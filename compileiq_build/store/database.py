@@ -96,15 +96,16 @@ class EvaluationRow:
     worker: str = ""  # "gpu0", "cpu", "ray:<node>/gpu0"
     parent: str = ""  # the configuration key this one was reduced from (minimize) or refines (search)
     proposed_by: str = ""  # phase search: the strategy's phase that proposed it ("screen", ...)
+    finished: float | None = None  # when it ended; None while running (and in stores before schema 4)
 
 
 _EVALUATION_COLUMNS = ("id, target, arch_keys, config_key, config, flags, strategy, phase, status, reason,"
-                       " build_seconds, digest, same_as, features, worker, parent, proposed_by")
+                       " build_seconds, digest, same_as, features, worker, parent, proposed_by, finished")
 
 
 def _evaluation_row(r: Sequence[Any]) -> EvaluationRow:
     return EvaluationRow(r[0], r[1], json.loads(r[2]), r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7],
-                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]), r[14], r[15], r[16])
+                         r[8], r[9], r[10], r[11], r[12], json.loads(r[13]), r[14], r[15], r[16], r[17])
 
 
 def arch_json(arch_keys: Mapping[str, str]) -> str:
