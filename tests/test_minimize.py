@@ -82,7 +82,7 @@ def test_a_measured_step_replaces_the_winner_only_when_it_holds(cxx_project, con
                if o.evaluation.config_key == "CXX:O=3"]
     assert step.evaluation.same_as is None and store.samples(step.evaluation.id)  # measured
     shipped = decide(store, "saxpy", evaluator.arch_keys)
-    if holds_without(step, check):
+    if holds_without(step, check, evaluator.results.noise()):
         assert shipped.config_key == "CXX:O=3"
         assert shipped.dropped[0].why.startswith("not slower beyond noise without it")
     else:

@@ -12,10 +12,13 @@ from compileiq_build.decide.selection import (
     decide,
     outcomes,
     pending_validation,
+    search_noise,
     verdict_counts,
+    zone,
 )
 from compileiq_build.stages.tune import decision_note
-from compileiq_build.store.database import Store
+from compileiq_build.store.database import MEASURED, Store
+from compileiq_build.store.records import Sample
 
 ARCH = {"CXX": "x86_64"}
 
@@ -84,4 +87,66 @@ def test_verdicts_are_counted_with_their_mean_pairs(tmp_path):
     assert verdict_counts(found) == ("1 faster, 1 neutral, 1 slower; mean pairs per workload: "
                                      "faster 10.0, neutral 10.0, slower 10.0")
     assert verdict_counts([]) == "none"
+    store.close()
+
+
+# host_matmul's samples (cost ratios to the baseline) from a demo run on the 2-core VM that
+# shipped -falign-loops=32 with -funroll-loops: the validated pair's estimate was lucky (two
+# ratios of 0.29 and 0.36), and the step without -falign-loops=32 missed it by 0.1%.
+MATMUL_SEARCH = {
+    "CXX:O=2": [1.1492, 1.9194, 2.643, 1.5643, 1.9801],
+    "CXX:unroll-loops=on": [0.5852, 0.8989, 0.5562, 0.5533, 0.552],
+    "CXX:prefetch-loop-arrays=on CXX:unroll-loops=on": [0.5938, 0.5919, 0.5975, 0.6313, 0.6003],
+    "CXX:align-loops=32 CXX:unroll-loops=on": [0.6933, 0.4062, 0.3667, 0.5473, 0.553],
+    "CXX:align-loops=32": [0.6, 0.5887, 0.5881, 0.5956, 0.5905],
+}
+MATMUL_PAIR = "CXX:align-loops=32 CXX:unroll-loops=on"
+MATMUL_VALIDATED = [0.5887, 0.5415, 0.5677, 0.5598, 0.2897, 0.5001, 0.5629, 0.5629, 0.4805, 0.3551]
+MATMUL_UNROLL_ALONE = [0.5784, 0.5561, 0.5406, 0.5799, 0.5561, 0.5548, 0.5716, 0.5589, 0.5512, 0.5959]
+MATMUL_ALIGN_ALONE = [0.6076, 0.6177, 0.6057, 0.5974, 0.5865, 0.5907, 0.5905, 0.5999, 0.5953, 0.591]
+
+
+def _recorded(store: Store, session: int, key: str, phase: str, ratios: list[float],
+              parent: str = "") -> None:
+    ev = store.begin_evaluation(session, "saxpy", ARCH, key, dict.fromkeys(key.split(), "on"),
+                                {"CXX": [f"-f{o}" for o in key.split()]}, "staged", phase, parent=parent)
+    for rep, ratio in enumerate(ratios):
+        store.add_sample(ev, "candidate", rep, Sample("w", ratio, ratio, 0.1, 0, ""))
+        store.add_sample(ev, "baseline", rep, Sample("w", 1.0, 1.0, 0.1, 0, ""))
+    store.finish_evaluation(ev, MEASURED)
+
+
+def _matmul(path: Path, search: dict[str, list[float]], validated: list[float]) -> Store:
+    store = Store(path)
+    session = store.start_session("test", {})
+    for key, ratios in search.items():
+        _recorded(store, session, key, "search", ratios)
+    _recorded(store, session, MATMUL_PAIR, "validate", validated)
+    _recorded(store, session, "CXX:unroll-loops=on", "minimize", MATMUL_UNROLL_ALONE, MATMUL_PAIR)
+    _recorded(store, session, "CXX:align-loops=32", "minimize", MATMUL_ALIGN_ALONE, MATMUL_PAIR)
+    return store
+
+
+def test_an_option_within_the_noise_does_not_ship(tmp_path):
+    """Without -falign-loops=32 the pair is 0.1% slower than its validated estimate, far inside
+    the noise the search measured: it is left out (it shipped in one demo run of two)."""
+    store = _matmul(tmp_path / "r.sqlite", MATMUL_SEARCH, MATMUL_VALIDATED)
+    assert search_noise(store, "saxpy", ARCH)["w"] > 0.05  # the VM's noise at the time
+    decision = decide(store, "saxpy", ARCH)
+    assert isinstance(decision, Winner) and decision.validated == MATMUL_PAIR
+    assert decision.config_key == "CXX:unroll-loops=on"
+    assert [d.option for d in decision.dropped] == ["CXX:align-loops=32"]
+    assert decision.dropped[0].why.startswith("not slower beyond noise without it")
+    store.close()
+
+
+def test_an_option_worth_more_than_the_noise_ships(tmp_path):
+    """The same steps where the search measured 0.2% noise and the pair validated at 0.535:
+    without either option it is 3% slower or more, beyond the 0.5% zone: both ship."""
+    quiet = {key: [r[0] * (1 + 0.002 * (i % 2)) for i in range(5)] for key, r in MATMUL_SEARCH.items()}
+    store = _matmul(tmp_path / "r.sqlite", quiet, [0.535 * (1 + 0.002 * (i % 3)) for i in range(10)])
+    noise = search_noise(store, "saxpy", ARCH)["w"]
+    assert noise < 0.003 and zone({"w": noise}, "w") == 0.005
+    decision = decide(store, "saxpy", ARCH)
+    assert isinstance(decision, Winner) and decision.config_key == MATMUL_PAIR and not decision.dropped
     store.close()

@@ -25,9 +25,15 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from compileiq_build.decide.selection import FINALISTS, TargetResults, finalists
+from compileiq_build.decide.selection import (
+    FINALISTS,
+    NOISE_MIN,
+    NOISE_ZONE,
+    NORMAL_STEP,
+    TargetResults,
+    finalists,
+)
 from compileiq_build.decide.stats import geometric_mean, hodges_lehmann, ratio_estimate
-from compileiq_build.store.database import MEASURED
 
 if TYPE_CHECKING:
     from compileiq_build.options import TuneOptions
@@ -40,14 +46,14 @@ HOPELESS_PAIRS = 2
 RACE_PAIRS = 2
 RACE_FLOOR = 0.005
 RACE_SIGMAS = 3.0
-RACE_NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
-NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
+RACE_NOISE_MIN = NOISE_MIN  # successive differences of a workload before its noise is trusted
 # Indifference zone: see the module docstring.
 INDIFFERENT_PAIRS = 2
 OWN_NOISE_PAIRS = 5  # a workload of unknown noise: the candidate's own, from 5 pairs (4 steps)
 INDIFFERENT_Z = 2.0
 HL_SD = 1.03  # sd of the Hodges-Lehmann estimate in units of sd / sqrt(n): 1 at 2 pairs, 1.01-1.05 at 3-20
-NOISE_ZONE = 1.05  # the zone's width in units of the workload's noise, where wider than --precision
+# NOISE_ZONE (selection.py): the zone's width in units of the workload's noise, where wider than
+# --precision; minimizing keeps an option only for a gain beyond the same zone.
 
 
 @dataclass(frozen=True)
@@ -204,17 +210,4 @@ def race_for(results: TargetResults, evaluation: int, precision: float, referenc
         best = finalists(measured, FINALISTS)
         reference = best[-1].ratio if len(best) == FINALISTS else None
         incumbent = min(1.0, best[0].ratio or 1.0) if best else 1.0
-    steps: dict[str, list[float]] = {}
-    for row in results.evaluations("search"):
-        if row.status != MEASURED or row.same_as is not None:
-            continue
-        paired: dict[str, dict[int, dict[str, float]]] = {}
-        for workload, role, rep, cost, error in results.store.samples(row.id):
-            if cost and not error:
-                paired.setdefault(workload, {}).setdefault(rep, {})[role] = cost
-        for workload, reps in paired.items():
-            logs = [math.log(p["candidate"] / p["baseline"]) for _, p in sorted(reps.items())
-                    if len(p) == 2]
-            steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
-    noise = {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= RACE_NOISE_MIN}
-    return Race(reference, noise, against=against, incumbent=incumbent, precision=precision)
+    return Race(reference, results.noise(), against=against, incumbent=incumbent, precision=precision)

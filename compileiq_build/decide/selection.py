@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from compileiq_build.decide.stats import RatioEstimate, geometric_mean, ratio_estimate
 from compileiq_build.store.database import INTERRUPTED, MEASURED, EvaluationRow, Store
 
 FINALISTS = 3  # candidates re-measured per run, best first
+
+# A workload's noise: the sd of its log paired ratio, from the median of successive differences
+# pooled over the target's search evaluations (`search_noise`).  Racing (racing.py) stops
+# candidates against it, and minimizing keeps an option only for a gain beyond its zone.
+NORMAL_STEP = 0.954  # median |x - y| / sd for independent normal x, y: 0.6745 * sqrt(2)
+NOISE_MIN = 8  # successive differences of a workload before its noise is trusted
+NOISE_ZONE = 1.05  # the indifference zone's width in units of the workload's noise
+ZONE_FLOOR = 0.005  # the narrowest zone, --precision's default: a workload of unknown noise
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,9 @@ class TargetResults:
     def pending_validation(self) -> list[Outcome]:
         return pending_validation(self.store, self.target, self.arch_keys)
 
+    def noise(self) -> dict[str, float]:
+        return search_noise(self.store, self.target, self.arch_keys)
+
 
 def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -> list[Outcome]:
     return [summarize(store, r) for r in store.evaluations(target, arch_keys, phase)
@@ -229,11 +242,36 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
     return NoWinner(target, arch_keys, reason, tuple(pending))
 
 
-def holds_without(step: Outcome, parent: Outcome) -> bool:
+def search_noise(store: Store, target: str, arch_keys: dict[str, str]) -> dict[str, float]:
+    """Each workload's noise (module constants), from the target's measured search evaluations
+    of their own code; a workload with fewer than `NOISE_MIN` successive differences has none."""
+    steps: dict[str, list[float]] = {}
+    for row in store.evaluations(target, arch_keys, "search"):
+        if row.status != MEASURED or row.same_as is not None:
+            continue
+        paired: dict[str, dict[int, dict[str, float]]] = {}
+        for workload, role, rep, cost, error in store.samples(row.id):
+            if cost and not error:
+                paired.setdefault(workload, {}).setdefault(rep, {})[role] = cost
+        for workload, reps in paired.items():
+            logs = [math.log(p["candidate"] / p["baseline"]) for _, p in sorted(reps.items())
+                    if len(p) == 2]
+            steps.setdefault(workload, []).extend(abs(a - b) for a, b in pairwise(logs))
+    return {w: statistics.median(d) / NORMAL_STEP for w, d in steps.items() if len(d) >= NOISE_MIN}
+
+
+def zone(noise: Mapping[str, float], workload: str) -> float:
+    """The gain a workload's noise hides: `NOISE_ZONE` x its noise, at least `ZONE_FLOOR`."""
+    return max(ZONE_FLOOR, NOISE_ZONE * noise.get(workload, 0.0))
+
+
+def holds_without(step: Outcome, parent: Outcome, noise: Mapping[str, float]) -> bool:
     """Whether a configuration with one option fewer serves as well: still faster than the
-    baseline on every workload, and not slower than the configuration it was reduced from beyond
-    noise (its interval reaches that one's estimate on every workload)."""
-    return step.faster and all(w in step.estimates and step.estimates[w].low <= e.ratio
+    baseline on every workload, and not measurably slower than the configuration it was reduced
+    from: on every workload its interval reaches that one's estimate x (1 + `zone`).  An option
+    ships only for a gain beyond the noise; against the estimate alone, a parent measured lucky
+    kept an option worth nothing (the demo's matmul: -falign-loops=32 in one run of two)."""
+    return step.faster and all(w in step.estimates and step.estimates[w].low <= e.ratio * (1 + zone(noise, w))
                                for w, e in parent.estimates.items())
 
 
@@ -257,9 +295,10 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
     checked them, the smallest measured configuration of checked options that serves as well
     ships instead (`_smallest_checked`); the unchecked options remain only without one."""
     steps = outcomes(store, target, arch_keys, "minimize")
+    noise = search_noise(store, target, arch_keys)
     current, dropped = check, []
     while step := next((s for s in steps if s.evaluation.parent == current.evaluation.config_key
-                        and holds_without(s, current)), None):
+                        and holds_without(s, current, noise)), None):
         gone = set(current.evaluation.config_key.split()) - set(step.evaluation.config_key.split())
         why = ("the machine code is the same without it" if step.evaluation.same_as is not None
                else "not slower beyond noise without it: " + _gains(step))
@@ -268,7 +307,7 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
     kept = current.evaluation.config_key.split()
     tried = {s.evaluation.config_key for s in steps if s.evaluation.parent == current.evaluation.config_key}
     unchecked = _unchecked(kept, tried)
-    if unchecked and (smaller := _smallest_checked(store, target, arch_keys, current)) is not None:
+    if unchecked and (smaller := _smallest_checked(store, target, arch_keys, current, noise)) is not None:
         gone = set(kept) - set(smaller.evaluation.config_key.split())
         why = (f"minimizing stopped before its removal was checked; {smaller.evaluation.config_key}, "
                f"measured without it, serves as well: " + _gains(smaller))
@@ -277,7 +316,7 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
 
 
 def _smallest_checked(store: Store, target: str, arch_keys: dict[str, str],
-                      current: Outcome) -> Outcome | None:
+                      current: Outcome, noise: Mapping[str, float]) -> Outcome | None:
     """Of the configurations measured (search, validation, minimizing) whose options are some of
     `current`'s: the one of fewest options that serves as well (`holds_without`) and whose every
     option's removal was measured too, best first among equals; None if there is none."""
@@ -286,7 +325,7 @@ def _smallest_checked(store: Store, target: str, arch_keys: dict[str, str],
     keys = {o.evaluation.config_key for o in measured}
     options = set(current.evaluation.config_key.split())
     fits = [o for o in measured if (own := o.evaluation.config_key.split()) and set(own) < options
-            and holds_without(o, current) and not _unchecked(own, keys)]
+            and holds_without(o, current, noise) and not _unchecked(own, keys)]
     return min(fits, key=lambda o: (len(o.evaluation.config_key.split()), o.ratio or 1.0), default=None)
 
 

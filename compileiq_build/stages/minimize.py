@@ -3,14 +3,14 @@
 Each round first compiles the configurations with one option fewer, the most exotic option
 first, and takes away any whose machine code is the winner's (a passenger) at no GPU time: so a
 run stopped by Ctrl-C still ships no passenger that a build would have shown (the time limit
-stops these compiles too: tune ends within it).  Only
-then are the others measured, as validation measures, in the same order; the smaller set
-replaces the winner when it is still faster than the baseline on every workload and not slower
-than the winner beyond noise (`selection.holds_without`); then its own options are tried in
-turn.  Each step is stored (phase `minimize`, with the configuration it reduces), so
-`selection.decide` ships the result (cut short, the smallest measured configuration of checked
-options that serves as well, else the result naming its unchecked options), `report` says what
-was left out and why, and a resumed run repeats no step.
+stops these compiles too: tune ends within it).  Only then are the others measured, as
+validation measures, in the same order; the smaller set replaces the winner when it is still
+faster than the baseline on every workload and not slower than the winner beyond the noise zone
+that racing uses (`selection.holds_without`): an option ships only for a gain beyond the noise.
+Then its own options are tried in turn.  Each step is stored (phase `minimize`, with the
+configuration it reduces), so `selection.decide` ships the result (cut short, the smallest
+measured configuration of checked options that serves as well, else the result naming its
+unchecked options), `report` says what was left out and why, and a resumed run repeats no step.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
     name = evaluator.target.name
     taken = {(o.evaluation.parent, o.evaluation.config_key): o
              for o in evaluator.results.outcomes("minimize")}
+    noise = evaluator.results.noise()  # the search's: what `decide` judges the steps with
     current = check
     while True:
         config = space.full_config(current.evaluation.config)
@@ -63,7 +64,7 @@ def minimize(evaluator: Evaluator, space: FlagSpace, check: Outcome, sampling: S
                     if step.evaluation.status == INTERRUPTED:
                         return  # the time ran out while measuring it
                     taken[(current.evaluation.config_key, step.evaluation.config_key)] = step
-                if holds_without(step, current):
+                if holds_without(step, current, noise):
                     found = step
                     break
             if found is not None:
