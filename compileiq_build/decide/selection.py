@@ -210,6 +210,7 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
     Those are named in `pending`."""
     searched = outcomes(store, target, arch_keys, "search")
     checks = {o.evaluation.config_key: o for o in outcomes(store, target, arch_keys, "validate")}
+    noise = search_noise(store, target, arch_keys)
     pending: list[str] = []
     ranked = finalists(searched)
     for finalist in ranked:
@@ -217,8 +218,8 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
         check = checks.get(row.config_key)
         if check is None:
             pending.append(row.config_key)
-        elif check.faster:
-            shipped, dropped, unchecked = minimal(store, target, arch_keys, check)
+        elif beats_baseline(check, noise):
+            shipped, dropped, unchecked = minimal(store, target, arch_keys, check, noise)
             flags = {lang: tuple(f) for lang, f in shipped.evaluation.flags.items() if f}
             gains = tuple(WorkloadGain(w, e) for w, e in sorted(shipped.estimates.items()))
             return Winner(target, arch_keys, shipped.evaluation.config_key, flags, gains, len(searched),
@@ -265,14 +266,23 @@ def zone(noise: Mapping[str, float], workload: str) -> float:
     return max(ZONE_FLOOR, NOISE_ZONE * noise.get(workload, 0.0))
 
 
+def beats_baseline(o: Outcome, noise: Mapping[str, float]) -> bool:
+    """Whether a re-measured configuration holds up: faster than the baseline beyond noise on
+    every workload (its interval below 1), by a gain beyond the workload's `zone`: the baseline
+    is the step without its last option, and that option, like any, ships only for a gain
+    beyond the noise (`holds_without`)."""
+    return o.faster and all(e.ratio * (1 + zone(noise, w)) < 1 for w, e in o.estimates.items())
+
+
 def holds_without(step: Outcome, parent: Outcome, noise: Mapping[str, float]) -> bool:
-    """Whether a configuration with one option fewer serves as well: still faster than the
-    baseline on every workload, and not measurably slower than the configuration it was reduced
+    """Whether a configuration with one option fewer serves as well: still beats the baseline
+    (`beats_baseline`), and is not measurably slower than the configuration it was reduced
     from: on every workload its interval reaches that one's estimate x (1 + `zone`).  An option
     ships only for a gain beyond the noise; against the estimate alone, a parent measured lucky
     kept an option worth nothing (the demo's matmul: -falign-loops=32 in one run of two)."""
-    return step.faster and all(w in step.estimates and step.estimates[w].low <= e.ratio * (1 + zone(noise, w))
-                               for w, e in parent.estimates.items())
+    return beats_baseline(step, noise) and all(
+        w in step.estimates and step.estimates[w].low <= e.ratio * (1 + zone(noise, w))
+        for w, e in parent.estimates.items())
 
 
 def _gains(o: Outcome) -> str:
@@ -287,15 +297,14 @@ def _unchecked(options: Sequence[str], tried: set[str]) -> tuple[str, ...]:
                  and " ".join(k for k in options if k != o) not in tried)
 
 
-def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
-            ) -> tuple[Outcome, list[Dropped], tuple[str, ...]]:
+def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome,
+            noise: Mapping[str, float]) -> tuple[Outcome, list[Dropped], tuple[str, ...]]:
     """The validated configuration less the options its minimizing steps found it can do
     without, why each was left out (the steps are followed in the order they were taken), and
     the options it keeps whose removal no step checked.  Where minimizing stopped before it
     checked them, the smallest measured configuration of checked options that serves as well
     ships instead (`_smallest_checked`); the unchecked options remain only without one."""
     steps = outcomes(store, target, arch_keys, "minimize")
-    noise = search_noise(store, target, arch_keys)
     current, dropped = check, []
     while step := next((s for s in steps if s.evaluation.parent == current.evaluation.config_key
                         and holds_without(s, current, noise)), None):

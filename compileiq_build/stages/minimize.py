@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from compileiq_build.build.space import DEFAULT, FlagSpace, config_key
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import Outcome, Winner, holds_without
+from compileiq_build.decide.selection import Outcome, Winner, beats_baseline, holds_without
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.store.database import INTERRUPTED
@@ -78,8 +78,9 @@ def minimize_winner(evaluator: Evaluator, space: FlagSpace, winner: Winner, samp
                     report: Notes) -> Winner:
     """The validated winner less the options it can do without, as time allows."""
     results = evaluator.results
+    noise = results.noise()
     check = next(o for o in reversed(results.outcomes("validate"))
-                 if o.evaluation.config_key == winner.validated and o.faster)
+                 if o.evaluation.config_key == winner.validated and beats_baseline(o, noise))
     minimize(evaluator, space, check, sampling, report)
     decision = results.decide()
     assert isinstance(decision, Winner)  # minimizing adds no search or validation result

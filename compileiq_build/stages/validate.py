@@ -1,7 +1,8 @@
 """Validation: the best few search candidates measured again, with twice the runs.
 
 A best-of-N pick is biased low (the luckiest measurement wins), so a winner is only what holds
-up when re-measured; `selection.decide` then names the winner from the stored results.  Under
+up when re-measured: faster on every workload beyond noise and by a gain beyond the noise zone
+(`selection.beats_baseline`); `selection.decide` then names the winner from the stored results.  Under
 --time-limit the search leaves time for it (decide/clock.py); a finalist whose build the time
 left cannot hold is named, not validated, and a measurement the time reaches stops.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from compileiq_build.build.space import FlagSpace
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner
+from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner, beats_baseline
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.store.database import INTERRUPTED
@@ -22,6 +23,7 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
     (twice the search's runs), until the evaluator's clock stops it; returns the decision and
     what this run re-measured."""
     results, name = evaluator.results, evaluator.target.name
+    noise = results.noise()  # the search's, as `decide` judges the re-measurement
     remeasured: list[str] = []
     for finalist in results.pending_validation()[:FINALISTS]:
         row = finalist.evaluation
@@ -40,7 +42,7 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
                        "run tune again with more time to validate it")
             break
         remeasured.append(row.config_key)
-        if check.faster:
+        if beats_baseline(check, noise):
             break
         notes.note(f"{name}: {row.config_key} did not hold up when re-measured")
     return results.decide(), remeasured
