@@ -704,6 +704,10 @@ function(_compileiq_unit out tgt group langs sources cuda_key cuda_archs project
   string(MAKE_C_IDENTIFIER "${name}" id)
   get_target_property(type "${tgt}" TYPE)
   get_target_property(tdir "${tgt}" SOURCE_DIR)
+  _compileiq_unit_files("${tgt}" "${sources}" "${langs}" files)
+  if(NOT COMPILEIQ_CANDIDATE_FLAGS)
+    _compileiq_check_sources("${name}" "${id}" "${files}")
+  endif()
   set(per_language "{}")
   foreach(lang IN LISTS langs)
     # The fields written "if_defined": CUDA's architectures, the driver's candidate files.

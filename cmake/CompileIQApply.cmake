@@ -297,6 +297,54 @@ function(_compileiq_group_sources tgt group out)
   set(${out} "${found}" PARENT_SCOPE)
 endfunction()
 
+# The files of tuned unit <tgt> (whole: <sources> empty; a group: its files) that compile as
+# one of <langs>, as paths relative to the top-level source folder, sorted: what the toolchain
+# file's digest of the unit's sources covers.  Headers are not covered; generated files and
+# files outside the source folder are left out (their paths differ between machines).
+function(_compileiq_unit_files tgt sources langs out)
+  if(NOT sources)
+    _compileiq_target_sources("${tgt}" sources)
+  endif()
+  set(files "")
+  foreach(lang IN LISTS langs)
+    _compileiq_sources_of_language("${tgt}" "${lang}" "${sources}" plain)
+    foreach(src IN LISTS plain)
+      get_source_file_property(generated "${src}" TARGET_DIRECTORY "${tgt}" GENERATED)
+      cmake_path(IS_PREFIX CMAKE_SOURCE_DIR "${src}" NORMALIZE in_source)
+      cmake_path(IS_PREFIX CMAKE_BINARY_DIR "${src}" NORMALIZE in_build)
+      if(in_source AND NOT in_build AND NOT generated)
+        file(RELATIVE_PATH rel "${CMAKE_SOURCE_DIR}" "${src}")
+        list(APPEND files "${rel}")
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES files)
+  list(SORT files)
+  set(${out} "${files}" PARENT_SCOPE)
+endfunction()
+
+# Where the toolchain file records the digest of tuned unit <name>'s sources as tuned
+# (COMPILEIQ_SOURCES_<id>; older files do not): notes the unit when its <files> differ now, for
+# _compileiq_toolchain_names to say.  The digest is compileiq_build's toolchain.source_digest:
+# sha256 of one line "<path> <sha256 of the file>" per file.
+function(_compileiq_check_sources name id files)
+  if(NOT DEFINED COMPILEIQ_SOURCES_${id})
+    return()
+  endif()
+  set(text "")
+  foreach(rel IN LISTS files)
+    set(hash "missing")
+    if(EXISTS "${CMAKE_SOURCE_DIR}/${rel}")
+      file(SHA256 "${CMAKE_SOURCE_DIR}/${rel}" hash)
+    endif()
+    string(APPEND text "${rel} ${hash}\n")
+  endforeach()
+  string(SHA256 digest "${text}")
+  if(NOT digest STREQUAL COMPILEIQ_SOURCES_${id})
+    set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_SOURCES_CHANGED "${name}")
+  endif()
+endfunction()
+
 # Outside the driver's trees: the toolchain file's flags for tuned unit <name> (<tgt> whole, or
 # the group's files <plain> of <lang>) applied, and <out_applied> set to them.  A unit the file
 # has no flags for here (only for other architectures, or not at all: tuned or renamed since
@@ -340,6 +388,13 @@ endfunction()
 # warning for the units the toolchain file has no flags for here, and one for the names the
 # file tunes that this project does not (a target or group renamed or removed since).
 function(_compileiq_toolchain_names units)
+  get_property(changed GLOBAL PROPERTY _COMPILEIQ_SOURCES_CHANGED)
+  foreach(name IN LISTS changed)
+    message(WARNING
+      "CompileIQ: the sources of ${name} have changed since its flags were tuned (headers are "
+      "not compared); the flags still apply, but may no longer win. Run "
+      "`python -m compileiq_build check BUILD_DIR` to measure them again, or tune again.")
+  endforeach()
   get_property(unflagged GLOBAL PROPERTY _COMPILEIQ_UNFLAGGED)
   if(unflagged)
     list(JOIN unflagged ";\n  " text)
@@ -438,6 +493,8 @@ function(_compileiq_standalone_finalize)
       endif()
       string(MAKE_C_IDENTIFIER "${name}" id)
       list(APPEND names "${name}")
+      _compileiq_unit_files("${tgt}" "${sources}" "${ulangs}" files)
+      _compileiq_check_sources("${name}" "${id}" "${files}")
       foreach(lang IN LISTS ulangs)
         set(plain "")
         if(sources)

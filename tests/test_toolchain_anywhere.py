@@ -16,7 +16,8 @@ from conftest import FIXTURES, compile_commands
 from compileiq_build import cmake_dir
 from compileiq_build.decide.selection import NoWinner, Winner, WorkloadGain
 from compileiq_build.decide.stats import RatioEstimate
-from compileiq_build.results.toolchain import Provenance, render
+from compileiq_build.project.manifest import load_project
+from compileiq_build.results.toolchain import Provenance, render, source_digests
 
 PROV = Provenance("2026-12-05", "CPU", "none", (), "staged")
 GAIN = (WorkloadGain("w", RatioEstimate(0.5, 0.4, 0.6, 5)),)
@@ -159,3 +160,51 @@ def test_a_unit_kept_at_the_projects_flags_is_not_warned_about(cxx_project, conf
     proc = configure(cxx_project, cxx_project / "build", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
                      f"-DCompileIQ_ROOT={cmake_dir()}")
     assert "CompileIQ" not in proc.stderr, proc.stderr
+
+
+def test_a_configure_warns_where_a_tuned_targets_sources_changed_since(configure, tmp_path):
+    project = _copy("cxx_project", tmp_path)
+    configure(project, project / "build")
+    tuned = load_project(project / "build")
+    assert next(t for t in tuned.targets if t.name == "saxpy").files == ("saxpy.cpp",)  # not saxpy.h
+    toolchain = project / "compileiq-toolchain.cmake"
+    toolchain.write_text(render([Winner("saxpy", {"CXX": HOST}, "k", {"CXX": ("-O2",)}, GAIN, 3)], [], PROV,
+                                sources=source_digests(tuned, ["saxpy"])))
+    text = toolchain.read_text()
+    assert re.search(r"^set\(COMPILEIQ_SOURCES_saxpy \[=*\[[0-9a-f]{64}\]=*\]\)$", text, re.M)
+    assert str(project) not in text
+    changed = ("CMake Warning", "the sources of saxpy have changed since its flags were tuned",
+               "python -m compileiq_build check BUILD_DIR")
+
+    def configures() -> list[str]:
+        """The stderr of a configure with the package and of one without it."""
+        module = configure(project, project / "module", f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+        bare = _bare_configure(configure, project, project / "bare", toolchain)
+        assert bare.returncode == 0, bare.stderr[-3000:]
+        return [" ".join(module.stderr.split()), " ".join(bare.stderr.split())]
+
+    assert not any(any(c in err for c in changed) for err in configures())  # as tuned: nothing said
+    (project / "saxpy.h").write_text((project / "saxpy.h").read_text() + "// a header: not covered\n")
+    assert not any(changed[1] in err for err in configures())
+    (project / "saxpy.cpp").write_text((project / "saxpy.cpp").read_text() + "// edited\n")
+    for err in configures():
+        assert all(c in err for c in changed), err
+        assert err.count("have changed since its flags were tuned") == 1  # untouched is not tuned
+
+
+def test_a_groups_sources_are_its_own_files_relative_to_the_source_folder(configure, tmp_path):
+    project = _copy("groups_project", tmp_path)
+    configure(project, project / "build")
+    tuned = load_project(project / "build")
+    files = {t.name: t.files for t in tuned.targets}
+    assert files == {"kernels:alpha": ("src/alpha.cpp",),
+                     "kernels:gamma": ("src/gamma/gamma_add.cpp", "src/gamma/gamma_mul.cpp")}
+    toolchain = project / "compileiq-toolchain.cmake"
+    winners = [Winner(name, {"CXX": HOST}, "k", {"CXX": ("-O1",)}, GAIN, 3) for name in files]
+    toolchain.write_text(render(winners, [], PROV, sources=source_digests(tuned, files)))
+    (project / "src" / "beta.cpp").write_text((project / "src" / "beta.cpp").read_text() + "// untuned\n")
+    (project / "src" / "gamma" / "gamma_mul.cpp").write_text("// gone\n")
+    proc = _bare_configure(configure, project, project / "bare", toolchain)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert "the sources of kernels:gamma have changed" in err and "sources of kernels:alpha" not in err, err

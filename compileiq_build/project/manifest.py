@@ -50,6 +50,7 @@ class Target:
     cmake_target: str = ""  # the CMake target; a group's differs from its name
     group: str = ""
     sources: tuple[str, ...] = ()  # a group's files (absolute); empty: every source of the target
+    files: tuple[str, ...] = ()  # what its sources' digest covers, relative to the source folder
 
     def __post_init__(self) -> None:
         if not self.cmake_target:
@@ -302,6 +303,7 @@ def _target(raw: Any, tw: str) -> Target:
         cmake_target=t["target"],
         group=t["group"],
         sources=t["sources"],
+        files=t["files"],
     )
 
 

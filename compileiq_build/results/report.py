@@ -38,7 +38,14 @@ from compileiq_build.results.effects import (
     removals,
     speedup_text,
 )
-from compileiq_build.results.toolchain import DEFAULT_NAME, measured_codes, provenance, render, write
+from compileiq_build.results.toolchain import (
+    DEFAULT_NAME,
+    measured_codes,
+    provenance,
+    render,
+    source_digests,
+    write,
+)
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store, read_store
 
@@ -282,7 +289,8 @@ def emit(build_dir: Path, output: Path | None,
     date = datetime.datetime.fromtimestamp(max(dates), datetime.UTC).date().isoformat()
     prov = provenance(envs, project.compilers, ", ".join(sorted(strategies)) or "none", date)
     path = (output or project.source_dir / DEFAULT_NAME).resolve()
-    write(path, render(winners, losers, prov, portables, codes))
+    sources = source_digests(project, [*(w.target for w in winners), *(p.target for p in portables)])
+    write(path, render(winners, losers, prov, portables, codes, sources))
     return path, [*winners, *losers]
 
 

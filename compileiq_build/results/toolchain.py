@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,26 @@ def measured_codes(store: Store, project: Project, winners: Sequence[Winner]) ->
     return codes
 
 
+def source_digest(source_dir: Path, files: Sequence[str]) -> str:
+    """The digest of a tuned unit's `files` (relative to `source_dir`) as CompileIQApply.cmake's
+    _compileiq_check_sources computes it at configure: sha256 of a line "<path> <sha256 of
+    the file>" per file, sorted ("missing" for a file not there)."""
+    lines = []
+    for rel in sorted(files):
+        path = source_dir / rel
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        lines.append(f"{rel} {digest}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def source_digests(project: Project, units: Iterable[str]) -> dict[str, str]:
+    """Unit name -> the digest of its sources as they are now (source_digest), for the units
+    whose manifest entry lists their files (older manifests do not)."""
+    names = set(units)
+    return {t.name: source_digest(project.source_dir, t.files) for t in project.targets
+            if t.name in names and t.files}
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("compileiq_build.results", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
@@ -152,9 +173,12 @@ def _entries(target: str, flags: Mapping[str, tuple[str, ...]], arch_keys: Mappi
 
 
 def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Provenance,
-           portables: Sequence[Portable] = (), codes: Sequence[Code] = ()) -> str:
+           portables: Sequence[Portable] = (), codes: Sequence[Code] = (),
+           sources: Mapping[str, str] | None = None) -> str:
     """The toolchain file: the flags, the units it decides, the code they were measured with
-    (`codes`, for `check`), and a copy of CompileIQApply.cmake for builds without the package."""
+    (`codes`, for `check`), the digest of each flagged unit's sources (`sources`, unit name ->
+    source_digest: a configure warns when they changed), and a copy of CompileIQApply.cmake
+    for builds without the package."""
     entries = []
     for w in sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))):
         entries += _entries(w.target, w.flags, w.arch_keys)
@@ -173,7 +197,10 @@ def render(winners: Sequence[Winner], losers: Sequence[NoWinner], provenance: Pr
         winners=sorted(winners, key=lambda w: (w.target, sorted(w.arch_keys.items()))),
         portables=sorted(portables, key=lambda p: p.target),
         losers=sorted(losers, key=lambda n: n.target), units=units,
-        codes=sorted(records, key=lambda r: r["variable"]), apply_module=_apply_module())
+        codes=sorted(records, key=lambda r: r["variable"]), apply_module=_apply_module(),
+        sources=sorted((f"COMPILEIQ_SOURCES_{c_identifier(name)}", digest)
+                       for name, digest in (sources or {}).items()
+                       if name in {e["target"] for e in entries}))
 
 
 def _apply_module() -> str:

@@ -36,6 +36,7 @@ from compileiq_build.results.toolchain import (
     measured_codes,
     provenance,
     render,
+    source_digests,
     write,
 )
 from compileiq_build.run import ray_worker
@@ -279,7 +280,8 @@ class Tuner:
                                  (d for d in decisions(store) if d.target in names))
         result.toolchain = self._output()
         write(result.toolchain, render(winners, losers, self._provenance(),
-                                       codes=measured_codes(store, self.project, winners)))
+                                       codes=measured_codes(store, self.project, winners),
+                                       sources=source_digests(self.project, (w.target for w in winners))))
         return result
 
     def _tune_target(self, target: Target, workers: Sequence[Worker], tree_project: Project, arch: str,
