@@ -6,11 +6,13 @@ after a new best configuration."""
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import replace
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.search.strategies import Candidate, Context, Proposal, Stop, Trial
 from compileiq_build.search.strategies.model import FREE_STREAK, ModelGuided, screening_moves, spilling_mask
+from compileiq_build.search.strategies.model.pool import RULED_OUT, candidate_pool
 
 SPACE = FlagSpace((
     Dimension("T", "O", ("1",), "-O{v}", 1),
@@ -103,7 +105,8 @@ def _same_code(c: Config) -> Config:
 def test_screening_measures_each_code_once():
     """Closed pool with shared codes: of the one-option moves, R=2 has R=1's code and S=a the
     baseline's; the model screens each code once, never proposes a configuration of a code
-    measured or pending, and its phases go screen, then combine, then local steps and model."""
+    measured or pending, and its phases go screen (with the moves that helped beyond the noise
+    combined as soon as two are known), then combine, then local steps and model."""
 
     def code(c: Config) -> str:
         return config_key(_same_code(SPACE.full_config(c)))
@@ -115,7 +118,10 @@ def test_screening_measures_each_code_once():
     assert len(codes) == len(set(codes)) and code(SPACE.default_config()) not in codes
     screened = [config_key(t.config) for t, p in zip(history, phases, strict=True) if p == "screen"]
     assert screened == ["T:O=1", "T:R=1", "T:X=on", "T:R=3", "T:S=b"]  # passes over the dimensions
-    order = {"screen": 0, "combine": 1, "local": 2, "model": 2}
+    last_screen = max(i for i, p in enumerate(phases) if p == "screen")
+    # The two helpful moves of the first pass measured together before screening ends.
+    assert "combine" in phases[:last_screen]
+    order = {"screen": 0, "combine": 0, "local": 1, "model": 1}
     assert [order[p] for p in phases] == sorted(order[p] for p in phases)
     assert {"screen", "combine", "local", "model"} == set(phases)
 
@@ -145,7 +151,8 @@ def test_after_a_new_best_the_nearest_code_is_measured_once():
                Trial(best, 0.98, True, phase="combine", code=code(best))]  # screening and combining done
 
     def context_of(trials: list[Trial]) -> Context:
-        return Context(SPACE, trials, known, closed=True, budget=6,
+        # Screening's share of a budget of 2 (one evaluation; combinations do not count) is spent.
+        return Context(SPACE, trials, known, closed=True, budget=2,
                        baseline_code=code(SPACE.default_config()))
 
     context = context_of(history)
@@ -334,7 +341,8 @@ def test_the_local_step_first_takes_an_option_of_the_best_away():
                Trial(best, 0.97, True, phase="combine", code=code(best))]
 
     def propose(trials: list[Trial]) -> Proposal:
-        return ModelGuided(seed=0).propose(Context(SPACE, trials, known, budget=6,
+        # Screening's share of a budget of 2 (one evaluation; combinations do not count) is spent.
+        return ModelGuided(seed=0).propose(Context(SPACE, trials, known, budget=2,
                                                    baseline_code=code(SPACE.default_config())))
 
     first = propose(history)
@@ -367,7 +375,8 @@ def test_a_local_step_in_flight_for_the_previous_best_leaves_the_new_best_unrefi
 
     def propose(parent: str) -> Proposal | Stop:
         in_flight = Trial(step, None, False, code=code(step), pending=True, phase="local", parent=parent)
-        return ModelGuided(seed=0).propose(Context(SPACE, [*history, in_flight], known, budget=6,
+        # Screening's share of a budget of 2 (one evaluation; combinations do not count) is spent.
+        return ModelGuided(seed=0).propose(Context(SPACE, [*history, in_flight], known, budget=2,
                                                    baseline_code=code(SPACE.default_config())))
 
     refined = propose(config_key(SPACE.full_config(previous)))
@@ -490,3 +499,46 @@ def test_the_moves_that_helped_are_combined_before_the_model_explores_far():
     # What follows stays within two options of the best so far (A=1 B=1), however wide the
     # bound's spread on configurations of many untried options.
     assert all(len(moved) <= 4 and {"T:A", "T:B"} <= set(moved) for _, moved in proposals[1:]), proposals
+
+
+def test_moves_that_helped_beyond_the_noise_are_combined_before_screening_goes_on():
+    """Live on a gemm, screening spent the first ten evaluations of twenty and the two moves
+    that helped were measured together only at the eleventh.  Once the best so far and another
+    one-option move were each faster beyond the noise, their combination comes before the next
+    screening move, and it does not shorten screening's share; a move within the noise is not
+    combined early."""
+    base = config_key(SPACE.default_config())
+
+    def context(r_ratio: float) -> Context:
+        history = [Trial({"T:O": "1"}, 0.97, True, spread=0.002, code="o1", phase="screen"),
+                   Trial({"T:R": "1"}, r_ratio, r_ratio < 0.999, spread=0.002, code="r1", phase="screen")]
+        return Context(SPACE, history, budget=20, baseline_code=base)
+
+    combined = ModelGuided(seed=0).propose(context(0.98))
+    assert combined.phase == "combine" and combined.parent == config_key(SPACE.full_config({"T:O": "1"}))
+    assert SPACE.full_config(combined.config) == {**SPACE.default_config(), "T:O": "1", "T:R": "1"}
+    # Measured: screening takes up again, the combination not counted against its share.
+    measured = Trial(combined.config, 0.96, True, spread=0.002, code="o1r1", phase="combine",
+                     parent=combined.parent)
+    # A share of 3 of 6: two screening moves and the combination would have spent it.
+    done = Context(SPACE, [*context(0.98).history, measured], budget=6, baseline_code=base)
+    assert ModelGuided(seed=0).propose(done).phase == "screen"
+    assert ModelGuided(seed=0).propose(context(0.9995)).phase == "screen"
+
+
+def test_a_value_measured_clearly_slower_alone_is_not_proposed_in_company():
+    """In the open evaluation the local step measured the best with a cache operator whose move
+    alone was 47% slower (1.47x again).  A value whose one-option move was measured slower than
+    the project's flags by more than RULED_OUT (and three times the noise), or failed, is left
+    out of the configurations the model and the local step rank, while any other is left."""
+    history = [Trial({"T:O": "1"}, 0.97, True, spread=0.002, code="o1", phase="screen"),
+               Trial({"T:S": "b"}, 1.47, False, spread=0.002, code="sb", phase="screen"),
+               Trial({"T:X": "on"}, None, False, code="", phase="screen"),
+               Trial({"T:R": "3"}, 1.0 + RULED_OUT / 2, False, spread=0.002, code="r3", phase="screen")]
+    context = Context(SPACE, history, budget=20, baseline_code=config_key(SPACE.default_config()))
+    pool = [SPACE.full_config(c) for c in candidate_pool(context, random.Random(0), 0.002)]
+    assert pool and not any(c["T:S"] == "b" or c["T:X"] == "on" for c in pool)
+    assert any(c["T:R"] == "3" for c in pool)  # slower, not clearly: still ranked
+    proposal = ModelGuided(seed=0).propose(replace(context, budget=2))
+    assert proposal.phase in ("local", "model", "combine")
+    assert SPACE.full_config(proposal.config)["T:S"] != "b"

@@ -1,5 +1,10 @@
-"""The exploiting phases after screening: combine, then the local step.
+"""The exploiting phases: combine (during screening too), then the local step.
 
+- combine during screening: as soon as the best so far and another one-option move were each
+  measured faster than the project's flags beyond the noise, the best with that move, one at a
+  time, before the next screening move: a search of ten evaluations spent them all on screening
+  and measured the helpful moves together only after it (live, a gemm held half its gain within
+  ten evaluations, and the rest came at the eleventh).
 - combine: the best so far with one more of the moves that helped (one-option moves measured
   faster than the project's flags), the one the model predicts best (no exploration bonus), while
   it is predicted to beat the best; measured before the model explores, as the moves that
@@ -26,7 +31,11 @@ import numpy as np
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import changed_options, standardized_features
+from compileiq_build.search.strategies.model.features import (
+    best_config,
+    changed_options,
+    standardized_features,
+)
 
 
 def helpful_moves(context: Context) -> list[tuple[str, str]]:
@@ -50,6 +59,26 @@ def combinations(context: Context, incumbent: Config) -> list[Config]:
         available = {config_key(c) for c in context.choices()}
         configs = [c for c in configs if config_key(c) in available]
     return configs
+
+
+def early_combination(context: Context, noise: float) -> Config | None:
+    """During screening: the best so far with one more move measured faster beyond `noise` (the
+    fastest such move first), while no such combination is in flight and the best itself was
+    faster beyond the noise; None otherwise."""
+    if any(t.pending and t.phase == "combine" for t in context.history):
+        return None  # one at a time: the next one builds on what this one measures
+    sure = {(dim, value) for config, trial in context.measured
+            if trial.faster and trial.ratio is not None and trial.ratio < 1.0 - noise
+            and len(moved := changed_options(config, context.space.default_config())) == 1
+            for dim, value in [(moved[0], config[moved[0]])]}
+    incumbent = best_config(context)
+    best = context.outcome(incumbent)
+    if best is None or not best.faster or best.ratio is None or best.ratio >= 1.0 - noise:
+        return None
+    for config in combinations(context, incumbent):
+        if any((k, v) in sure for k, v in config.items() if incumbent[k] != v):
+            return config
+    return None
 
 
 def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,8 +65,12 @@ def screening_moves(space: FlagSpace) -> list[Config]:
 
 
 def screening_open(context: Context) -> bool:
-    """Screening may still spend evaluations (SCREEN_SHARE of the budget)."""
-    return context.budget is None or context.spent < math.ceil(SCREEN_SHARE * context.budget)
+    """Screening may still spend evaluations (SCREEN_SHARE of the budget, the combinations
+    measured during screening not counted: local.py's `early_combination`)."""
+    if context.budget is None:
+        return True
+    screened = replace(context, history=[t for t in context.history if t.phase != "combine"]).spent
+    return screened < math.ceil(SCREEN_SHARE * context.budget)
 
 
 def screen_move(context: Context) -> Config | None:

@@ -1,7 +1,8 @@
 """ModelGuided, the default strategy: informative seeds, then a model of the measured landscape.
 
 `propose` takes the phases in turn, each proposal naming its phase for the log: transfer
-(transfer.py), prior or screen (screen.py), then combine and local (local.py) and model: the
+(transfer.py), prior or screen (screen.py; combine interleaved as soon as two moves helped
+beyond the noise, local.py), then combine and local (local.py) and model: the
 lowest confidence bound of the prediction (mean minus `kappa` standard deviations, fit.py) among
 the configurations the spill rule leaves (spills.py), until a stop rule holds (stop.py).  While
 the GPU measures, `scout` names what to compile ahead: the screening moves to come, then the
@@ -23,7 +24,7 @@ from compileiq_build.build.space import Config, config_key
 from compileiq_build.search.strategies.base import Candidate, Context, Proposal, Stop, Trial
 from compileiq_build.search.strategies.model.features import best_config, best_ratio, changed_options
 from compileiq_build.search.strategies.model.fit import predict, prior_informs
-from compileiq_build.search.strategies.model.local import combinations, local_choice
+from compileiq_build.search.strategies.model.local import combinations, early_combination, local_choice
 from compileiq_build.search.strategies.model.pool import candidate_pool
 from compileiq_build.search.strategies.model.screen import (
     prior_guess,
@@ -32,7 +33,12 @@ from compileiq_build.search.strategies.model.screen import (
     screening_order,
 )
 from compileiq_build.search.strategies.model.spills import spill_bytes, spilling_mask
-from compileiq_build.search.strategies.model.stop import FREE_STREAK, free_streak, no_gain_left
+from compileiq_build.search.strategies.model.stop import (
+    FREE_STREAK,
+    free_streak,
+    no_gain_left,
+    resolved_noise,
+)
 from compileiq_build.search.strategies.model.transfer import expressible, transfer_holds, transfer_seed
 
 if TYPE_CHECKING:
@@ -67,6 +73,10 @@ class ModelGuided:
                 and (guess := prior_guess(context, self.prior, self.noise)) is not None):
             return Proposal(guess, "prior")
         if not transfer and (move := screen_move(context)) is not None:
+            # The moves that helped beyond the noise, combined before the next screening move.
+            noise, _ = resolved_noise(context.measured, self.noise)
+            if (combo := early_combination(context, noise)) is not None:
+                return Proposal(combo, "combine", config_key(best_config(context)))
             return Proposal(move, "screen")
         return self._refine(context, transfer, rng)
 
@@ -75,7 +85,7 @@ class ModelGuided:
         """The phases after screening: combine, local and model, or a stop rule."""
         if (streak := free_streak(context)) >= FREE_STREAK:
             return Stop(f"its last {streak} proposals compiled to machine code measured before")
-        pool = candidate_pool(context, rng)
+        pool = candidate_pool(context, rng, resolved_noise(context.measured, self.noise)[0])
         if not pool:
             return Stop("every configuration of the space was measured")
         best, incumbent = best_ratio(context), best_config(context)
@@ -122,20 +132,24 @@ class ModelGuided:
     def scout(self, context: Context, count: int) -> list[Config]:
         """Configurations to compile ahead while the GPU measures (pipeline.py), whose code and
         compile-time features inform the choice before they are measured: while screening, the
-        one-option moves (with a prior, best predicted first: their code informs its guesses);
+        next combination of moves that helped, then the one-option moves (with a prior, best
+        predicted first: their code informs its guesses);
         then the moves that helped added to the best (combine), then the untried configurations of
         lowest bound whose code is unknown, those predicted to spill last."""
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
+        noise, _ = resolved_noise(context.measured, self.noise)
         if screening_open(context):
-            moves = [m for m in screening_order(context, self.prior, self.noise)
+            combo = early_combination(context, noise)
+            order = screening_order(context, self.prior, self.noise)
+            moves = [m for m in [*([combo] if combo else []), *order]
                      if context.fresh(m) and config_key(m) not in known
                      and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
         combos = [c for c in combinations(context, best_config(context)) if config_key(c) not in known]
         rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
-        pool = [c for c in candidate_pool(context, rng) if config_key(c) not in known]
+        pool = [c for c in candidate_pool(context, rng, noise) if config_key(c) not in known]
         if not pool:
             return combos[:count]
         mean, std = predict(context, [], pool, self.prior, self.noise)
