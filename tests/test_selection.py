@@ -180,3 +180,37 @@ def test_a_winner_within_the_noise_does_not_ship(tmp_path):
     decision = decide(store, "saxpy", ARCH)
     assert isinstance(decision, Winner) and decision.config_key == "CXX:no-math-errno=on"
     store.close()
+
+
+def test_a_lucky_validation_keeps_no_option_worth_nothing(tmp_path):
+    """host_blur's samples from a demo run at 3.3% noise: the pair validated 1.05x thanks to three
+    lucky pairs (0.61-0.71), -funroll-loops alone measured 0.97 [0.964, 0.999], within the zone of
+    the pair and faster than the baseline, though by less than the zone: -falign-loops=32 is left
+    out (it shipped, as the step did not beat the baseline by the zone as well)."""
+    store = Store(tmp_path / "r.sqlite")
+    session = store.start_session("test", {})
+    pair = "CXX:align-loops=32 CXX:unroll-loops=on"
+    for key, ratios in {
+        "CXX:O=2": [3.0835, 4.568],
+        "CXX:unroll-loops=on": [0.973, 0.9476, 0.9678, 0.9412, 1.2612, 0.9579, 0.9494, 0.8561, 0.8821],
+        "CXX:prefetch-loop-arrays=on CXX:unroll-loops=on": [1.0139, 0.9888],
+        pair: [0.9289, 0.8982, 0.8677, 1.0103, 0.9676, 0.9346, 0.9608, 0.943, 0.9237],
+        "CXX:O=2 CXX:align-loops=32 CXX:unroll-loops=on": [2.7891, 2.8192],
+        "CXX:align-loops=32": [0.9851, 1.1566],
+    }.items():
+        _recorded(store, session, key, "search", ratios)
+    _recorded(store, session, pair, "validate",
+              [1.5207, 0.9413, 0.9861, 0.7058, 0.6436, 0.9644, 0.9624, 0.9598, 0.6089, 0.9426])
+    _recorded(store, session, "CXX:unroll-loops=on", "minimize",
+              [0.6113, 0.9754, 1.0222, 0.9662, 0.9713, 0.9696, 1.0104, 0.9908, 0.964, 0.9994, 0.9574, 0.9666],
+              pair)
+    _recorded(store, session, "CXX:align-loops=32", "minimize",
+              [0.9839, 1.0253, 0.9871, 0.9963, 0.9917, 0.9965, 1.0356, 1.0409, 0.9735, 0.9974, 0.973, 1.4539,
+               0.9595, 1.0092, 1.0176, 0.9852, 0.9876, 1.0356, 1.0013, 0.9999, 0.9753, 0.9799, 0.8936, 0.9851,
+               0.9274, 0.9947, 0.9564, 1.0021, 0.9941, 1.0014, 1.0171, 1.6256, 1.1907, 1.4039, 0.999, 1.041,
+               0.9601, 1.0995, 0.8752, 1.0293], pair)
+    decision = decide(store, "saxpy", ARCH)
+    assert isinstance(decision, Winner) and decision.validated == pair
+    assert decision.config_key == "CXX:unroll-loops=on"
+    assert [d.option for d in decision.dropped] == ["CXX:align-loops=32"]
+    store.close()

@@ -44,5 +44,6 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
         remeasured.append(row.config_key)
         if beats_baseline(check, noise):
             break
-        notes.note(f"{name}: {row.config_key} did not hold up when re-measured")
+        within = ", faster by less than its noise" if check.faster else ""
+        notes.note(f"{name}: {row.config_key} did not hold up when re-measured{within}")
     return results.decide(), remeasured
