@@ -59,10 +59,11 @@ def run_rounds(variants: dict[str, str], pattern: re.Pattern[str], rounds: int, 
     return out
 
 
-def summarize(costs: list[dict[str, float]], rng: random.Random) -> dict[str, dict[str, float]]:
-    base = next(iter(costs[0]))
+def summarize(costs: list[dict[str, float]], base: str, rng: random.Random) -> dict[str, dict[str, float]]:
+    """Per variant, the median per-round speedup over `base` and its bootstrap interval.  The
+    baseline is named: each round's dict is in that round's random order."""
     summary = {}
-    for name in costs[0]:
+    for name in sorted(costs[0], key=lambda n: n != base):
         speedups = [r[base] / r[name] for r in costs]
         low, high = bootstrap_median(speedups, rng)
         summary[name] = {"median_speedup": statistics.median(speedups), "low": low, "high": high,
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     pattern = re.compile(args.regex)
     rng = random.Random(args.seed)
     costs = run_rounds(variants, pattern, args.rounds, args.higher_is_better, rng)
-    summary = summarize(costs, rng)
+    summary = summarize(costs, next(iter(variants)), rng)
     if args.csv:
         with args.csv.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=["round", *variants])

@@ -30,3 +30,18 @@ def test_a_variant_without_its_figure_stops_the_run_with_its_output():
         harness_ab.main(["--rounds", "2", "--regex", r"time_ms: ([0-9.]+)", "--variant", "baseline",
                          _command("1.0"), "--variant", "broken",
                          f"{sys.executable} -c \"print('crashed here'); raise SystemExit(3)\""])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_speedups_are_over_the_first_variant_whatever_order_the_rounds_run_in(tmp_path, seed):
+    """Each round runs the variants in a random order; the speedups are over the baseline (the
+    first --variant), not over whichever ran first in the first round (the second live sitting's
+    figures were over the random run's build)."""
+    out = tmp_path / "summary.json"
+    harness_ab.main(["--rounds", "3", "--seed", str(seed), "--regex", r"time_ms: ([0-9.]+)",
+                     "--json", str(out), "--variant", "baseline", _command("2.0"),
+                     "--variant", "slow", _command("2.5"), "--variant", "tuned", _command("1.6")])
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["baseline"]["median_speedup"] == 1.0
+    assert summary["tuned"]["median_speedup"] == pytest.approx(1.25)
+    assert summary["slow"]["median_speedup"] == pytest.approx(0.8)
