@@ -66,9 +66,14 @@ def test_the_reserve_is_what_validating_and_minimizing_take_at_most_a_quarter():
     clock = Clock(1000, now=now)
     clock.share(1)
     line = clock.plan("k", times, compiles=4, refuse=True)
-    assert clock.reserve == FINALISTS * 8.0 + 4 * 2.0  # far less than a quarter of 1000 s
-    assert line == (f"k: the search keeps {clock.reserve:.0f} s of its 1000 s to validate and minimize "
-                    f"({FINALISTS} validations of a build and 6 pairs of 1.0 s, 4 builds of 2.0 s)")
+    assert clock.planned == FINALISTS * 8.0 + 4 * 2.0  # far less than a quarter of 1000 s
+    assert line == (f"k: the search keeps {clock.planned:.0f} s of its 1000 s to validate and minimize "
+                    f"({FINALISTS} validations of a build and 6 pairs of 1.0 s, 4 builds of 2.0 s; "
+                    "8 s until a candidate is faster)")
+    # Nothing faster yet: one validation is kept, the rest is the search's.
+    assert clock.reserve == 8.0
+    clock.winner()
+    assert clock.reserve == clock.planned
     now.t += 1000 - clock.reserve - 1
     assert clock.why_stop() == ""
     now.t += 2
@@ -78,6 +83,7 @@ def test_the_reserve_is_what_validating_and_minimizing_take_at_most_a_quarter():
     slow = Clock(1000, now=Now())
     slow.share(1)
     assert "at most a quarter of the share" in slow.plan("k", StepTimes(2.0, 20.0, 3), 4, refuse=True)
+    slow.winner()
     assert slow.reserve == 250
     # A quarter that cannot hold one validation keeps one validation.
     tight = Clock(100, now=Now())
@@ -240,3 +246,22 @@ def test_an_impossible_limit_is_refused_with_the_limit_that_would_hold(cxx_proje
     assert "saxpy: winner CXX:O=" in log
     assert seconds <= would + 1.5, log
     store.close()
+
+
+def test_the_search_keeps_the_whole_reserve_only_once_a_candidate_was_faster():
+    """Live, searches that found nothing left a quarter of a 180 s limit unspent with their budget
+    left: until a candidate is faster, the loop keeps one validation; from the first winner on,
+    what validating and minimizing take."""
+    from compileiq_build.search.strategies import Trial
+
+    space = FlagSpace((Dimension("T", "O", ("1", "2"), "-O{v}", 1),))
+    now = Now()
+    clock = Clock(1000, now=now)
+    clock.share(1)
+    clock.plan("k", StepTimes(build_s=2.0, pair_s=1.0, pairs=3), compiles=4, refuse=True)
+    measured: list[Trial] = [Trial({"T:O": "1"}, 1.01, False, code="o1")]
+    proposals = Proposals(Exhaustive(), space, lambda: (measured, []), budget=5, clock=clock)
+    assert proposals.next(may_wait=False) is not None and clock.reserve == 8.0
+    measured.append(Trial({"T:O": "2"}, 0.95, True, code="o2"))
+    proposals.next(may_wait=False)
+    assert clock.reserve == clock.planned == FINALISTS * 8.0 + 4 * 2.0

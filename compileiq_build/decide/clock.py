@@ -7,8 +7,12 @@ Each asks `why_stop()`; nothing calls back up into tune.  Each target has an equ
 time left (what one leaves goes to the next); its search stops early enough to keep what
 validating and minimizing take, estimated from the baseline's measured times (`plan`), at most
 a quarter of the share (or one validation, where a quarter cannot hold it): the search is not
-starved.  After the search, validation and minimizing run to the share's end, and a
-measurement the end reaches stops after the benchmark run in progress.
+starved.  Until a candidate was measured faster than the baseline there is nothing to validate
+or minimize but what the next evaluation may find: the search keeps one validation only, and the
+whole reserve from the first winner on (`winner`; live, searches that found nothing left 47-48 s
+of a 180 s limit unspent, with their budget left).  After the search, validation and minimizing
+run to the share's end, and a measurement the end reaches stops after the benchmark run in
+progress.
 """
 
 from __future__ import annotations
@@ -52,11 +56,12 @@ class Clock:
         self.share_s = limit  # the current share's length
         self.targets_left = 1
         self.reserve = 0.0  # seconds the search leaves before `end` for validating and minimizing
+        self.planned = 0.0  # the reserve once a candidate was faster (`plan`, `winner`)
         self.interrupted = False  # Ctrl-C
 
     def share(self, targets_left: int) -> None:
         """The next target's share: an equal part of the time left; no reserve yet."""
-        self.targets_left, self.reserve = targets_left, 0.0
+        self.targets_left, self.reserve, self.planned = targets_left, 0.0, 0.0
         if self.deadline is not None:
             now = self.now()
             self.share_s = max(0.0, self.deadline - now) / targets_left
@@ -82,11 +87,18 @@ class Clock:
                 f"{10 * math.ceil(would / 10):.0f}s or more, or fewer --repeats.")
         need = FINALISTS * times.validation + compiles * times.build_s
         cap = max(RESERVE_SHARE * self.share_s, times.validation)
-        self.keep(min(need, cap))
-        return (f"{target}: the search keeps {self.reserve:.0f} s of its {self.share_s:.0f} s to validate "
+        self.planned = min(need, cap)
+        self.keep(min(times.validation, self.planned))
+        return (f"{target}: the search keeps {self.planned:.0f} s of its {self.share_s:.0f} s to validate "
                 f"and minimize ({FINALISTS} validations of a build and {2 * times.pairs} pairs of "
                 f"{times.pair_s:.1f} s, {compiles} builds of {times.build_s:.1f} s"
-                + (", at most a quarter of the share)" if need > cap else ")"))
+                + (", at most a quarter of the share" if need > cap else "")
+                + f"; {self.reserve:.0f} s until a candidate is faster)")
+
+    def winner(self) -> None:
+        """A candidate was measured faster than the baseline: the search keeps the whole reserve."""
+        if self.planned > self.reserve:
+            self.keep(self.planned)
 
     def keep(self, seconds: float) -> None:
         """The search stops `seconds` before the share's end (0: validation and minimizing run to it)."""
