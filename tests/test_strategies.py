@@ -254,3 +254,18 @@ def test_survey_maps_the_space_moves_first_then_samples():
     assert phases == ["screen"] * 4 + ["sample"] * (len(keys) - 4)
     assert len(keys) == len(set(keys)) == SMALL.size - 1 and BASELINE not in keys
     assert "T:c=on" in keys and _code({"T:a": DEFAULT, "T:b": DEFAULT, "T:c": "on"}) == BASE_CODE
+
+
+def test_each_target_draws_differently_and_a_seed_repeats_its_draws():
+    """Live, every kernel's random run began with one same draw (seed 0 for all): a target's
+    seed mixes --seed with its name."""
+    from compileiq_build.search.target import target_seed
+
+    def first(seed: int) -> Config:
+        proposal = RandomSearch(seed).propose(Context(SPACE))
+        assert isinstance(proposal, Proposal)
+        return proposal.config
+
+    draws = {config_key(first(target_seed(0, name))) for name in ("gemm", "bude", "stream", "gelu")}
+    assert len(draws) > 1
+    assert first(target_seed(0, "gemm")) == first(target_seed(0, "gemm")) != first(target_seed(1, "gemm"))
