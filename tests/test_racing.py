@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import cxx_evaluator, write_finalists
+from conftest import cxx_evaluator, stored_evaluation, write_finalists
 
 from benchmarks.racing_simulation import measure
 from compileiq_build.decide.racing import (
@@ -16,10 +16,13 @@ from compileiq_build.decide.racing import (
     Race,
     Sampling,
     indifferent,
+    race_for,
     raced_out,
     sampling_done,
 )
+from compileiq_build.decide.selection import SAME_AS_BASELINE, TargetResults
 from compileiq_build.results.progress import describe
+from compileiq_build.store.database import Store
 
 NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)
 SIMULATIONS = 2000
@@ -169,7 +172,10 @@ def test_the_indifference_zone_needs_an_incumbent_2_pairs_and_noise_or_5_pairs_a
     assert indifferent(neutral, 3, race(None, incumbent=1.0)) == (
         "indifferent after 3 pairs: at best 1.004x, not 0.5% better than the baseline")
     assert indifferent(neutral, 3, race(None, incumbent=0.97)).endswith(
-        "not 0.5% better than the best so far, 1.031x")
+        "not 0.5% better than the best so far (1.031x)")
+    # Named by the number the progress counter gave it, where known.
+    assert indifferent(neutral, 3, replace(race(None, incumbent=0.97), incumbent_number=6)).endswith(
+        "not 0.5% better than the best so far (#6, 1.031x)")
     # Another benchmark's pairs count: one 2% faster there keeps the candidate in.
     other = {"w1": ([0.98, 0.98], [1.0, 1.0])}
     assert not indifferent(neutral, 3, Race(None, {"w0": NOISE, "w1": NOISE}, incumbent=1.0, others=other))
@@ -235,3 +241,18 @@ def test_with_two_benchmarks_both_are_probed_before_either_is_measured_in_full(c
     assert outcome.evaluation.reason.startswith("raced out after 2 pairs: at best")
     assert {w: e.pairs for w, e in outcome.estimates.items()} == {b.workload: 2 for b in evaluator.benchmarks}
     store.close()
+
+
+def test_the_race_names_the_best_so_far_by_the_number_the_log_gave_it(tmp_path):
+    """The log names earlier evaluations by the progress counter's numbers: a candidate
+    indifferent to the best so far says which one (#2 here: 'base' compiled to the baseline's
+    code and spent no evaluation, so 'best' is the second)."""
+    store = Store(tmp_path / "r.sqlite")
+    session = store.start_session("test", {})
+    arch = {"CXX": "x86_64"}
+    for key, ratio in (("a", 0.99), ("base", 1.0), ("best", 0.9)):
+        stored_evaluation(store, session, key, "search", ratio, arch)
+    ids = {r.config_key: r.id for r in store.evaluations("saxpy", arch, "search")}
+    store.set_code(ids["base"], "code-base", {}, SAME_AS_BASELINE)
+    race = race_for(TargetResults(store, "saxpy", arch), evaluation=-1, precision=0.005)
+    assert race.incumbent_number == 2

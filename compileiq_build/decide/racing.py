@@ -31,6 +31,7 @@ from compileiq_build.decide.selection import (
     NOISE_ZONE,
     NORMAL_STEP,
     TargetResults,
+    evaluation_numbers,
     finalists,
 )
 from compileiq_build.decide.stats import geometric_mean, hodges_lehmann, ratio_estimate
@@ -87,6 +88,7 @@ class Race:
     last: bool = True  # measuring the evaluation's last benchmark: rule (b) bounds every workload
     against: str = "the finalists reach"  # what the reference is, for the reason
     incumbent: float | None = None  # the best search ratio so far (at most 1); None: no indifference
+    incumbent_number: int | None = None  # the progress counter's number of the best so far, where known
     precision: float = 0.005  # the indifference zone's width, relative
     others: Costs = field(default_factory=dict)  # the pairs of the evaluation's other benchmarks
 
@@ -169,7 +171,8 @@ def indifferent(costs: Costs, pairs: int, race: Race | None) -> str:
     bound = math.exp(sum(bounds) / len(bounds))
     if bound <= race.incumbent * (1 - zone):
         return ""
-    best = "the baseline" if race.incumbent >= 1 else f"the best so far, {1 / race.incumbent:.3f}x"
+    number = f"#{race.incumbent_number}, " if race.incumbent_number else ""
+    best = "the baseline" if race.incumbent >= 1 else f"the best so far ({number}{1 / race.incumbent:.3f}x)"
     worth = "" if zone == race.precision else " (the noise's)"
     return (f"indifferent after {pairs} pairs: at best {1 / bound:.3f}x, not {zone:.1%}{worth} "
             f"better than {best}")
@@ -204,10 +207,14 @@ def race_for(results: TargetResults, evaluation: int, precision: float, referenc
     cheap enough at the start of every evaluation), and the reference: `reference`, else the
     FINALISTS-th best ratio of the search so far, and then the incumbent (the best ratio
     faster than the baseline, else 1) for the indifference zone."""
-    incumbent = None
+    incumbent, number = None, None
     if reference is None:
         measured = [o for o in results.outcomes("search") if o.evaluation.id != evaluation]
         best = finalists(measured, FINALISTS)
         reference = best[-1].ratio if len(best) == FINALISTS else None
         incumbent = min(1.0, best[0].ratio or 1.0) if best else 1.0
-    return Race(reference, results.noise(), against=against, incumbent=incumbent, precision=precision)
+        if best:  # named as the log numbered it (a reused code: the evaluation that measured it)
+            first = best[0].evaluation
+            number = evaluation_numbers(measured).get(first.same_as or first.id)
+    return Race(reference, results.noise(), against=against, incumbent=incumbent, precision=precision,
+                incumbent_number=number)

@@ -184,6 +184,21 @@ class TargetResults:
         return search_noise(self.store, self.target, self.arch_keys)
 
 
+def log_order(searched: Sequence[Outcome]) -> list[Outcome]:
+    """A target's search outcomes in the order the log showed them: as they finished (with
+    several workers, not the order they started in, which is the store's)."""
+    return sorted(searched, key=lambda o: (o.evaluation.finished is None, o.evaluation.finished or 0.0,
+                                           o.evaluation.id))
+
+
+def evaluation_numbers(searched: Sequence[Outcome]) -> dict[int, int]:
+    """Store id -> the number the progress counter gives each evaluation of a target's search
+    (`searched`: all of it, earlier runs' too). Candidates of a code measured before, or of
+    the baseline's, spend no evaluation and have none."""
+    own = [o for o in log_order(searched) if o.evaluation.same_as is None]
+    return {o.evaluation.id: number for number, o in enumerate(own, 1)}
+
+
 def outcomes(store: Store, target: str, arch_keys: dict[str, str], phase: str) -> list[Outcome]:
     return [summarize(store, r) for r in store.evaluations(target, arch_keys, phase)
             if r.status != INTERRUPTED]

@@ -30,6 +30,8 @@ from compileiq_build.decide.selection import (
     Outcome,
     Winner,
     decide,
+    evaluation_numbers,
+    log_order,
     outcomes,
     pairs,
     remeasured,
@@ -49,7 +51,6 @@ from compileiq_build.results.effects import (
     removals,
     speedup_text,
 )
-from compileiq_build.results.progress import evaluation_numbers, log_order
 from compileiq_build.results.toolchain import DEFAULT_NAME
 from compileiq_build.run.profiler import cmake_target_of, table_lines
 from compileiq_build.store.database import Store

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -54,21 +53,6 @@ def describe(outcome: Outcome) -> str:
     # A measured evaluation's reason says why it stopped early (raced out).
     stopped = outcome.evaluation.reason if outcome.evaluation.same_as is None else ""
     return f"{outcome.verdict}: " + "; ".join(parts) + (f"; {stopped}" if stopped else "")
-
-
-def log_order(searched: Sequence[Outcome]) -> list[Outcome]:
-    """A target's search outcomes in the order the log showed them: as they finished (with
-    several workers, not the order they started in, which is the store's)."""
-    return sorted(searched, key=lambda o: (o.evaluation.finished is None, o.evaluation.finished or 0.0,
-                                           o.evaluation.id))
-
-
-def evaluation_numbers(searched: Sequence[Outcome]) -> dict[int, int]:
-    """Store id -> the number the progress counter gives each evaluation of a target's search
-    (`searched`: all of it, earlier runs' too). Candidates of a code measured before, or of
-    the baseline's, spend no evaluation and have none."""
-    own = [o for o in log_order(searched) if o.evaluation.same_as is None]
-    return {o.evaluation.id: number for number, o in enumerate(own, 1)}
 
 
 class Reporter:
