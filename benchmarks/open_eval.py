@@ -301,16 +301,20 @@ class _MemoPrior(Prior):
     """A prior whose predictions are remembered per configuration and features (the model's
     scout and propose rank the same pool at each step): the same answers, computed once."""
 
-    def predict(self, configs: Sequence[Mapping[str, str]], features: Sequence[Mapping[str, float] | None],
-                base: Mapping[str, float]) -> np.ndarray:
-        memo: dict[tuple, float] = self.__dict__.setdefault("_memo", {})
+    def predict_interval(self, configs: Sequence[Mapping[str, str]],
+                         features: Sequence[Mapping[str, float] | None], base: Mapping[str, float],
+                         abstain: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        memo: dict[tuple, tuple[float, float]] = self.__dict__.setdefault("_memo", {})
         # Features are the table's own objects (a row's, or the nearest row's): their identity is theirs.
-        keys = [(config_key(c), id(f) if f else 0, id(base)) for c, f in zip(configs, features, strict=True)]
+        keys = [(config_key(c), id(f) if f else 0, id(base), abstain)
+                for c, f in zip(configs, features, strict=True)]
         todo = [i for i, k in enumerate(keys) if k not in memo]
         if todo:
-            fresh = super().predict([configs[i] for i in todo], [features[i] for i in todo], base)
-            memo.update((keys[i], float(v)) for i, v in zip(todo, fresh, strict=True))
-        return np.array([memo[k] for k in keys], dtype=float)
+            mean, sd = super().predict_interval([configs[i] for i in todo], [features[i] for i in todo], base,
+                                                abstain)
+            memo.update((keys[i], (float(m), float(s))) for i, m, s in zip(todo, mean, sd, strict=True))
+        return (np.array([memo[k][0] for k in keys], dtype=float),
+                np.array([memo[k][1] for k in keys], dtype=float))
 
 
 def _load_prior(path: Path) -> Prior:

@@ -161,3 +161,22 @@ def test_other_targets_count_only_when_their_best_gain_here_too():
     assert not transfer_holds(prior, [(here, Trial(here, 0.996, True))])  # 0.4% of 5%: they differ
     assert not transfer_holds(prior, [(here, Trial(here, None, False))])  # invalid here
     assert transfer_holds(prior, []) is None  # nothing of theirs measured here yet
+
+
+def test_the_priors_predictions_enter_the_fit_shrunk_by_its_own_uncertainty():
+    """Issue 42: the search uses the prior's per-configuration sd, not one scale for all: each
+    prediction is shrunk towards no effect by mean^2 / (mean^2 + sd^2); where the prior abstains
+    (mean 0) nothing enters."""
+    import numpy as np
+
+    from compileiq_build.search.strategies.model.fit import _prior_mean
+
+    class Interval:
+        def predict_interval(self, configs, features, base):
+            return np.array([-0.10, -0.10, 0.0]), np.array([0.0, 0.05, 0.04])
+
+    context = Context(SPACE, baseline_features={"all:registers": 64.0})
+    configs = [SPACE.default_config()] * 3
+    sure, shrunk, silent = _prior_mean(Interval(), context, configs)
+    assert sure == -0.10 and abs(shrunk - (-0.08)) < 1e-12 and silent == 0.0
+    assert not _prior_mean(None, context, configs).any()

@@ -47,11 +47,15 @@ def prior_informs(prior: Prior | None, context: Context) -> bool:
 
 def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
     """The prior's log(cost ratio) of each configuration (0 without one), from its code's
-    features where compiled, else from its options and the baseline's code."""
+    features where compiled, else from its options and the baseline's code, shrunk by its sd."""
     if prior is None or not context.baseline_features:  # as `prior_informs`
         return np.zeros(len(configs))
     features = config_features(context, configs, totals=False)
-    return prior.predict(configs, features, context.baseline_features)
+    mean, sd = prior.predict_interval(configs, features, context.baseline_features)
+    # Its own uncertainty: each prediction shrunk towards no effect by its signal-to-noise,
+    # mean^2 / (mean^2 + sd^2) (where it abstains, the mean is 0 already; a confident one keeps
+    # 80% or more), rather than one scale for every configuration.
+    return mean * mean**2 / np.maximum(mean**2 + sd**2, 1e-12)
 
 
 def _data(context: Context, transfer: Sequence[tuple[Config, Trial]]
