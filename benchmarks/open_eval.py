@@ -274,7 +274,8 @@ def _peer(land: Landscape, name: str, budget: int, seed: int) -> list[float]:
     """A peer's measured times, through the same loop (benchmarks/peers.py's PeerStrategy)."""
     dims = {n: list(v) for n, v in zip(NAMES, VALUES, strict=True)}
     strategy = PeerStrategy(name, PEERS[name], dims, budget, seed,
-                            lambda labels: {f"CUDA:{n}": v for n, v in labels.items()}, land.base)
+                            lambda labels: {f"CUDA:{n}": v for n, v in labels.items()},
+                            lambda trial: land.base * (trial.ratio or math.inf))
     try:
         return _search(land, strategy, budget, 0)[0]
     finally:

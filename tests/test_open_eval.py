@@ -79,3 +79,12 @@ def test_the_optimum_is_at_least_the_best_recorded_row():
     assert optimum <= min(table.times) + 1e-12 and without_residuals <= min(table.times) + 1e-12
     row, _, log = land.answer(open_eval.whole_space()[:1000])
     assert np.all(np.isfinite(log)) and (row >= 0).any()
+
+
+def test_a_peer_searches_the_landscape_through_the_loop():
+    """A peer (Kernel Tuner's genetic algorithm) through tune's loop on a landscape: its answers
+    are the landscape's times (a float passed where the answer's function goes broke every peer
+    run of the open evaluation)."""
+    land = _land()
+    times = open_eval._peer(land, "kernel-tuner-ga", budget=3, seed=0)
+    assert 1 <= len(times) <= 3 and all(math.isfinite(t) and t > 0 for t in times)
