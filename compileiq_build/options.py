@@ -186,8 +186,8 @@ class TuneOptions:
         "one, else the one shipped)"))
     seed: int = field(default=0, metadata=Option(
         flag="--seed", group="start", type=int,
-        help="seed of the strategies' random draws (default %(default)s; mixed with each target's name, "
-        "so that targets draw differently): the configurations random "
+        help="seed of the strategies' random draws (default %(default)s), mixed with each target's name "
+        "so that targets draw differently: the configurations random "
         "proposes, survey's sample after its one-option moves, and the sample the model ranks in a "
         "large space (a small one it ranks whole); staged and exhaustive draw nothing, and the order "
         "of paired runs does not depend on it"))
