@@ -95,12 +95,12 @@ class Proposals:
         workers' results when the strategy needs them to propose more."""
         with self._cond:
             while not self.finished:
-                if any(t.faster for t in self.history()[0]):
+                context = self.context()
+                if any(t.faster for _, t in context.measured):
                     self.clock.winner()  # something to validate: the whole reserve is kept
                 if why := self.clock.why_stop():
                     self._finish(why)
                     break
-                context = self.context()
                 if (context.spent >= self.budget
                         or len(context.history) + self.turned_down >= self.max_candidates):
                     if not self.in_flight:

@@ -38,22 +38,25 @@ from compileiq_build.search.strategies.model.features import (
 )
 
 
-def helpful_moves(context: Context) -> list[tuple[str, str]]:
+def helpful_moves(context: Context, noise: float | None = None) -> list[tuple[str, str]]:
     """(dimension, value) of the one-option moves measured faster than the project's flags,
-    fastest first."""
+    fastest first; with `noise`, only those significantly faster, by more than it."""
     default = context.space.default_config()
+    below = 1.0 if noise is None else 1.0 - noise
     moves = []
     for config, trial in context.measured:
         moved = changed_options(config, default)
-        if trial.ratio is not None and trial.ratio < 1.0 and len(moved) == 1:
+        if (trial.ratio is not None and trial.ratio < below and len(moved) == 1
+                and (noise is None or trial.faster)):
             moves.append((trial.ratio, moved[0], config[moved[0]]))
     return [(dim, value) for _, dim, value in sorted(moves)]
 
 
-def combinations(context: Context, incumbent: Config) -> list[Config]:
-    """The incumbent with one more move that helped, each fresh (untried, of code not measured);
-    in a closed context, those it holds."""
-    configs = [{**incumbent, dim: value} for dim, value in helpful_moves(context) if incumbent[dim] != value]
+def combinations(context: Context, incumbent: Config, noise: float | None = None) -> list[Config]:
+    """The incumbent with one more move that helped (`helpful_moves`), each fresh (untried, of
+    code not measured); in a closed context, those it holds."""
+    configs = [{**incumbent, dim: value} for dim, value in helpful_moves(context, noise)
+               if incumbent[dim] != value]
     configs = [c for c in configs if context.fresh(c)]
     if context.closed:
         available = {config_key(c) for c in context.choices()}
@@ -67,18 +70,11 @@ def early_combination(context: Context, noise: float) -> Config | None:
     faster beyond the noise; None otherwise."""
     if any(t.pending and t.phase == "combine" for t in context.history):
         return None  # one at a time: the next one builds on what this one measures
-    sure = {(dim, value) for config, trial in context.measured
-            if trial.faster and trial.ratio is not None and trial.ratio < 1.0 - noise
-            and len(moved := changed_options(config, context.space.default_config())) == 1
-            for dim, value in [(moved[0], config[moved[0]])]}
     incumbent = best_config(context)
     best = context.outcome(incumbent)
     if best is None or not best.faster or best.ratio is None or best.ratio >= 1.0 - noise:
         return None
-    for config in combinations(context, incumbent):
-        if any((k, v) in sure for k, v in config.items() if incumbent[k] != v):
-            return config
-    return None
+    return next(iter(combinations(context, incumbent, noise)), None)
 
 
 def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
