@@ -94,6 +94,28 @@ def test_the_reserve_is_what_validating_and_minimizing_take_at_most_a_quarter():
     assert tight.remaining() == 100
 
 
+def test_the_reserve_follows_the_candidates_builds_not_the_baselines_full_one():
+    """A candidate rebuilds its target's objects (or its group's: 26 s live on ggml), the baseline
+    built everything (155 s there): once candidates were built, the reserve is planned on their
+    median build, before and after a candidate was faster."""
+    clock = Clock(20000, now=Now())
+    clock.share(1)
+    clock.plan("k", StepTimes(build_s=155.0, pair_s=4.0, pairs=5), compiles=6, refuse=True)
+    assert clock.planned == FINALISTS * (155 + 40) + 6 * 155 and clock.reserve == 155 + 40
+    for seconds in (30.0, 26.0, 25.0):
+        clock.built(seconds)
+    assert clock.planned == FINALISTS * (26 + 40) + 6 * 26 and clock.reserve == 26 + 40
+    clock.winner()
+    assert clock.reserve == clock.planned
+    clock.built(20.0)  # median of 30, 26, 25, 20: 25.5
+    assert clock.reserve == clock.planned == FINALISTS * (25.5 + 40) + 6 * 25.5
+    clock.keep(0.0)  # the search ended: validation's builds leave the share's end to it
+    clock.built(100.0)
+    assert clock.reserve == 0.0
+    clock.share(1)  # the next target plans on its own builds
+    assert clock.builds == [] and not clock.won
+
+
 def test_a_step_that_would_not_end_in_time_is_not_begun_and_ctrl_c_lets_a_measurement_finish():
     now = Now()
     clock = Clock(60, now=now)

@@ -97,6 +97,8 @@ class Evaluator:
             raise CompileIQError(
                 f"new flags for {self.target.name} rebuilt nothing on {worker.name}: its objects do not "
                 "depend on the CompileIQ flags file. Please report this with the project's CMakeLists.txt.")
+        if compiled.result.ok:
+            self.clock.built(compiled.result.seconds)
         return Built(worker, compiled, started)
 
     def scout(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]], strategy: str,
