@@ -532,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
                                 description=(__doc__ or "").split("\n")[0])
     p.add_argument("--corpus", type=Path, default=CORPUS)
     p.add_argument("--tables", type=int, help="this many tables, spread over the corpus (a quick run)")
+    p.add_argument("--min-gain", type=float, default=0.0,
+                   help="only the tables whose landscape optimum gains at least this (0.01: 1%%): a gain "
+                        "below the noise is none to find, and its fraction is a coin's")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--budgets", type=int, nargs="+", default=[10, 20])
     p.add_argument("--strategies", nargs="+", default=["model", "random", "optuna-tpe", "smac"],
@@ -550,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.open_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     paths = table_paths(args.corpus, args.tables)
     all_paths = table_paths(args.corpus)
+    if args.min_gain > 0:
+        pooled = pooled_residuals(all_paths)
+        paths = [q for q in paths if (land := Landscape(load_table(q), q.stem, pooled)).base
+                 >= (1 + args.min_gain) * land.optimum()[0]]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if args.judge:
