@@ -298,16 +298,18 @@ class Campaign:
         """The last sitting's store and state, from --resume-from (committed results)."""
         source = Path(self.args.resume_from)
         store = Workspace(self.build).store
-        if (source / STORE).is_file() and not store.is_file():
+        resumed = (source / STORE).is_file() and not store.is_file()
+        if resumed:
             store.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / STORE, store)
-            self.say(f"resuming from {source / STORE}")
         for name in (STATE, TOOLCHAIN):
             if (source / name).is_file() and not (self.out / name).is_file():
                 shutil.copy2(source / name, self.out / name)
         if (self.out / STATE).is_file():
             self.state = json.loads((self.out / STATE).read_text())
             self.log = self.out / f"ggml_llm_sitting{len(self.state['sittings']) + 1}_log.txt"
+        if resumed:  # in the new sitting's log: a line in the last one's replaced its committed log
+            self.say(f"resuming from {source / STORE}")
 
     def sitting(self) -> None:
         """Everything a GPU sitting of --minutes can do, in order; what is left, the next does."""
