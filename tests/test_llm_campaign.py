@@ -6,6 +6,7 @@ two folders, as the tool's trees are (seeding a tree is the tool's: tests/test_b
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -93,6 +94,22 @@ def test_a_folder_that_is_not_ggml_is_refused(tmp_path: Path, capsys: pytest.Cap
                        "configure"])
     assert exc.value.code == 2
     assert "is not a ggml checkout (src/ggml-cuda/CMakeLists.txt is missing)" in capsys.readouterr().err
+
+
+def test_resuming_writes_to_the_new_sittings_log(tmp_path: Path) -> None:
+    """The resume line belongs to the sitting that starts: written to the last one's log, it
+    replaced that committed log when the sitting's files were copied back."""
+    committed = tmp_path / "results"
+    committed.mkdir()
+    (committed / campaign.STORE).write_bytes(b"")
+    (committed / campaign.STATE).write_text(json.dumps(
+        {"gpu": "", "profiled": {}, "searched": [], "sittings": [{"started": "", "log": "x", "ended": ""}]}))
+    args = argparse.Namespace(ggml=str(tmp_path), work=str(tmp_path / "w"), out=str(tmp_path / "o"),
+                              resume_from=str(committed))
+    run = campaign.Campaign(args)
+    run.restore()
+    assert not (tmp_path / "o" / "ggml_llm_sitting1_log.txt").exists()
+    assert "resuming from" in (tmp_path / "o" / "ggml_llm_sitting2_log.txt").read_text()
 
 
 pytestmark = pytest.mark.skipif(not shutil.which("ninja") or not shutil.which("cmake"),
