@@ -323,7 +323,7 @@ class Campaign:
         self.configure(self.build)
         for group in [g for g in groups if g not in self.state["searched"]]:
             left = deadline - time.monotonic() - 120
-            if group not in self.state["profiled"] and left > 600:
+            if self.args.profile and group not in self.state["profiled"] and left > 600:
                 self.profile(group, min(PROFILE_S, left - 300))
                 left = deadline - time.monotonic() - 120
             if left < 240:
@@ -458,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         s.add_argument("--seed", type=int, default=0, help="seed of the A/B's order")
         s.add_argument("--resume-from", default=str(RESULTS),
                        help="committed store and state to resume from (default benchmarks/results/llm)")
+        s.add_argument("--profile", action="store_true",
+                       help="profile each group once (ncu) before tuning it; off by default: `profile` times "
+                            "every benchmark of ggml-cuda, and in sitting 1 it ran past 7 minutes on an H100")
         s.add_argument("--ab-anyway", action="store_true", help="run the A/B even if time looks short")
         s.add_argument("--allow-other-gpu", action="store_true", help="resume on another GPU model")
     w = sub.add_parser("wait", help="follow the background sitting, then copy its snapshot")
