@@ -25,6 +25,8 @@ from compileiq_build.run.profiler import (
     propose_groups,
     table_lines,
 )
+from compileiq_build.stages.profiling import profiled_benchmarks
+from compileiq_build.stages.tune import select_targets
 from compileiq_build.store.database import open_store
 
 
@@ -137,3 +139,21 @@ def test_profile_maps_each_kernel_to_its_file_and_group(tmp_path, configure):
                             capture_output=True, text=True)
     assert re.search(r"^where the baseline's GPU time goes in ops \(sm_90, ncu; not searched yet\):$",
                      report.stdout, re.M), report.stdout
+
+
+def test_profile_runs_the_benchmarks_of_the_groups_named(tmp_path, configure, nvcc):
+    """`profile --targets ops:scale` runs the benchmarks of that group, not every benchmark of
+    its CMake target (live on ggml, naming one group profiled four workloads under ncu and ran
+    out of time); without --targets, or naming the CMake target, every group's."""
+    project = _fixture(tmp_path)
+    build = project / "build"
+    configure(project, build, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=90",
+              "-DFIXTURE_SCALE_BENCHMARK=ON")
+    tree = load_manifest(build / "compileiq" / "manifest.json")
+
+    def profiled(*names: str) -> list[str]:
+        return [b.name for b in profiled_benchmarks(select_targets(tree, names, True), tree, "ops")]
+
+    assert profiled("ops:scale") == ["scale_only"]
+    assert profiled("ops:rest") == ["ops"]
+    assert profiled() == profiled("ops") == ["ops", "scale_only"]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from compileiq_build.decide.racing import Sampling
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
-from compileiq_build.project.manifest import Project, Target
+from compileiq_build.project.manifest import Benchmark, Project, Target
 from compileiq_build.run.launch import ninja_jobs
 from compileiq_build.run.profiler import (
     COVER,
@@ -64,8 +64,7 @@ def profile_groups(units: Sequence[Target], tree_project: Project, worker: Local
     lines = []
     for cmake in dict.fromkeys(u.cmake_target for u in units):
         mine = [t for t in tree_project.targets if t.cmake_target == cmake]
-        benches = {b.index: b for u in mine for b in tree_project.benchmarks_for(u.name)}
-        evaluator = Evaluator(mine[0], sorted(benches.values(), key=lambda b: b.index), [worker],
+        evaluator = Evaluator(mine[0], profiled_benchmarks(units, tree_project, cmake), [worker],
                               store, session, sampling, ninja_jobs(1), notes)
         evaluator.prepare_baseline()
         profile_baseline(evaluator, worker, tree_project, session, notes)
@@ -73,3 +72,13 @@ def profile_groups(units: Sequence[Target], tree_project: Project, worker: Local
             lines += [f"# groups of {cmake} that hold {COVER:.0%} of each benchmark's GPU time:",
                       *proposed]
     return lines
+
+
+def profiled_benchmarks(units: Sequence[Target], tree_project: Project, cmake: str) -> list[Benchmark]:
+    """The benchmarks `profile` runs for a CMake target: those of the chosen units of it (all of
+    its groups unless --targets names some).  Live on ggml, `profile --targets ggml-cuda:mmq`
+    ran every group's benchmarks, four decode, prefill and attention workloads under ncu, and
+    its 7 minutes ran out before the one named had its profile."""
+    benches = {b.index: b for u in units if u.cmake_target == cmake
+               for b in tree_project.benchmarks_for(u.name)}
+    return sorted(benches.values(), key=lambda b: b.index)
