@@ -542,3 +542,21 @@ def test_a_value_measured_clearly_slower_alone_is_not_proposed_in_company():
     proposal = ModelGuided(seed=0).propose(replace(context, budget=2))
     assert proposal.phase in ("local", "model", "combine")
     assert SPACE.full_config(proposal.config)["T:S"] != "b"
+
+
+def test_a_configuration_of_passengers_alone_is_the_baselines_and_not_ranked():
+    """A configuration whose values all compiled alone to the baseline's code (passengers) is
+    presumed the baseline's code, measured already: in the open evaluation the local step spent
+    its one proposal for a new best of one option on such a configuration (the best less its
+    option) and never refined the best."""
+    base = config_key(SPACE.default_config())
+    history = [Trial({"T:O": "1"}, 0.97, True, spread=0.002, code="o1", phase="screen")]
+    # Compiled ahead (scouted), not measured: their code is the baseline's.
+    known = [Candidate({"T:X": "on"}, base), Candidate({"T:S": "a"}, base)]
+    context = Context(SPACE, history, known, budget=20, baseline_code=base)
+    pool = [SPACE.full_config(c) for c in candidate_pool(context, random.Random(0), 0.002)]
+    assert pool
+    passengers = {("T:X", "on"), ("T:S", "a")}
+    assert not any(all(v == DEFAULT or (k, v) in passengers for k, v in c.items()) for c in pool)
+    proposal = ModelGuided(seed=0).propose(replace(context, budget=2))  # screening done
+    assert proposal.phase == "local" and SPACE.full_config(proposal.config)["T:O"] == "1"

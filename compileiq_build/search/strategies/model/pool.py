@@ -62,7 +62,11 @@ def candidate_pool(context: Context, rng: random.Random, noise: float) -> list[C
     # A configuration that differs from one tried only in passengers (values whose move alone
     # left the baseline's code) is presumed of that one's code: live, 13 proposals in a row on a
     # gemm compiled to code measured before, each a compile, and ended the search.
-    tried = {config_key(without_passengers(context, space.full_config(t.config))) for t in context.history}
+    # The project's flags count as tried: a configuration of passengers alone is the baseline's
+    # code (in the open evaluation the local step spent its one proposal for a new best of one
+    # option on such a configuration, the best less its option, and never refined the best).
+    tried = {BASELINE, *(config_key(without_passengers(context, space.full_config(t.config)))
+                         for t in context.history)}
     for c in configs:
         key = config_key(c)
         if (context.fresh(c) and key != BASELINE
