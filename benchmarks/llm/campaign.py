@@ -459,8 +459,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         s.add_argument("--resume-from", default=str(RESULTS),
                        help="committed store and state to resume from (default benchmarks/results/llm)")
         s.add_argument("--profile", action="store_true",
-                       help="profile each group once (ncu) before tuning it; off by default: `profile` times "
-                            "every benchmark of ggml-cuda, and in sitting 1 it ran past 7 minutes on an H100")
+                       help="profile each group once (ncu) before tuning it; off by default: in sitting 1 "
+                            "`profile` ran past its 7 minutes on an H100 (it then ran every group's "
+                            "benchmarks)")
         s.add_argument("--ab-anyway", action="store_true", help="run the A/B even if time looks short")
         s.add_argument("--allow-other-gpu", action="store_true", help="resume on another GPU model")
     w = sub.add_parser("wait", help="follow the background sitting, then copy its snapshot")

@@ -69,8 +69,7 @@ def candidate_pool(context: Context, rng: random.Random, noise: float) -> list[C
                          for t in context.history)}
     for c in configs:
         key = config_key(c)
-        if (context.fresh(c) and key != BASELINE
-                and config_key(without_passengers(context, c)) not in tried):
+        if context.fresh(c) and config_key(without_passengers(context, c)) not in tried:
             # Of one code, the configuration with the fewest options set stands for it.
             label = codes.get(key) or key
             if label not in unique or len(changed_options(c, space.default_config())) < len(
