@@ -12,6 +12,7 @@ from dataclasses import replace
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, Dimension, FlagSpace, config_key
 from compileiq_build.search.strategies import Candidate, Context, Proposal, Stop, Trial
 from compileiq_build.search.strategies.model import FREE_STREAK, ModelGuided, screening_moves, spilling_mask
+from compileiq_build.search.strategies.model.features import best_config
 from compileiq_build.search.strategies.model.pool import RULED_OUT, candidate_pool
 
 SPACE = FlagSpace((
@@ -560,3 +561,21 @@ def test_a_configuration_of_passengers_alone_is_the_baselines_and_not_ranked():
     assert not any(all(v == DEFAULT or (k, v) in passengers for k, v in c.items()) for c in pool)
     proposal = ModelGuided(seed=0).propose(replace(context, budget=2))  # screening done
     assert proposal.phase == "local" and SPACE.full_config(proposal.config)["T:O"] == "1"
+
+
+def test_while_nothing_beat_the_baseline_the_model_explores_around_the_baseline():
+    """In the open evaluation every screening move of a ten-evaluation search measured slower,
+    and the model spent the other five around the least slow move (1.0008x), each proposal
+    carrying it along: a move measured slower is no centre.  Until a configuration beats the
+    project's flags, the incumbent is the project's flags."""
+    base = config_key(SPACE.default_config())
+    history = [Trial({"T:O": "1"}, 1.05, False, spread=0.002, code="o1", phase="screen"),
+               Trial({"T:R": "3"}, 1.001, False, spread=0.002, code="r3", phase="screen"),
+               Trial({"T:S": "b"}, 1.04, False, spread=0.002, code="sb", phase="screen")]
+    context = Context(SPACE, history, budget=6, baseline_code=base)
+    assert best_config(context) == SPACE.default_config()
+    for seed in range(5):
+        proposal = ModelGuided(seed=seed).propose(context)
+        assert proposal.phase == "model"
+        assert SPACE.full_config(proposal.config)["T:R"] != "3" or len(
+            changed_options(SPACE.full_config(proposal.config), SPACE.default_config())) == 1
