@@ -553,8 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.open_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     paths = table_paths(args.corpus, args.tables)
     all_paths = table_paths(args.corpus)
+    pooled = pooled_residuals(all_paths)  # the landscapes' residual draws (0.3 s)
     if args.min_gain > 0:
-        pooled = pooled_residuals(all_paths)
         paths = [q for q in paths if (land := Landscape(load_table(q), q.stem, pooled)).base
                  >= (1 + args.min_gain) * land.optimum()[0]]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -580,7 +580,6 @@ def main(argv: list[str] | None = None) -> int:
             # Fitted in workers: LightGBM's OpenMP threads here would hang the workers forked after.
             priors = dict(zip(wanted, pool.map(prior_for, wanted, [all_paths] * len(wanted),
                                                [args.cache] * len(wanted)), strict=True))
-        pooled = pooled_residuals(all_paths) if todo else {}
         jobs = [(q, pooled, priors.get(projects[q]), args.budgets, args.seeds, args.strategies,
                  args.compile_ahead) for q in todo]
         with ProcessPoolExecutor(args.jobs) as pool:
