@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compileiq_build.decide.stats import ratio_estimate, relative_spread
+from compileiq_build.decide.stats import ratio_estimate, relative_spread, speedup_text
 
 
 def test_identical_distributions_are_not_called_faster():
@@ -48,3 +48,16 @@ def test_interval_covers_the_median_at_the_promised_rate():
 def test_relative_spread():
     assert relative_spread([1.0, 1.0, 1.0]) == 0.0
     assert 0.0 < relative_spread([1.0, 1.02, 0.98, 1.01]) < 0.05
+
+
+def test_a_verdict_never_prints_as_its_opposite():
+    # Live (attention-cuda): "slower: ... 1.000x [1.000, 1.000]" for a candidate 0.03% slower.
+    # The interval excludes 1, so its nearer bound must not print as 1.
+    slower = ratio_estimate([1.0003, 1.0004, 1.0003, 1.0005, 1.0004], [1.0] * 5)
+    faster = ratio_estimate([0.99994, 0.99993, 0.99995, 0.99994, 0.99993], [1.0] * 5)
+    assert slower.slower and faster.faster
+    assert speedup_text(slower) == "0.9996x [0.9995, 0.9997]"
+    assert speedup_text(faster, "x") == "1.0001x [1.0001x, 1.0001x]"
+    # Clear or undecided estimates keep three decimals.
+    assert speedup_text(ratio_estimate([0.9, 0.91, 0.92], [1.0] * 3)).startswith("1.099x [")
+    assert speedup_text(ratio_estimate([0.999, 1.001, 1.0], [1.0] * 3)) == "1.000x [0.999, 1.001]"

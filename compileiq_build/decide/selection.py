@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from compileiq_build.decide.stats import RatioEstimate, geometric_mean, ratio_estimate
+from compileiq_build.decide.stats import RatioEstimate, geometric_mean, ratio_estimate, speedup_text
 from compileiq_build.store.database import INTERRUPTED, MEASURED, EvaluationRow, Store
 
 FINALISTS = 3  # candidates re-measured per run, best first
@@ -304,8 +304,7 @@ def holds_without(step: Outcome, parent: Outcome, noise: Mapping[str, float]) ->
 
 
 def _gains(o: Outcome) -> str:
-    return ", ".join(f"{w} {x.speedup:.3f}x [{1 / x.high:.3f}, {1 / x.low if x.low > 0 else math.inf:.3f}]"
-                     for w, x in sorted(o.estimates.items()))
+    return ", ".join(f"{w} {speedup_text(x)}" for w, x in sorted(o.estimates.items()))
 
 
 def _unchecked(options: Sequence[str], tried: set[str]) -> tuple[str, ...]:

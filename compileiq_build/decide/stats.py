@@ -42,6 +42,25 @@ class RatioEstimate:
     def speedup(self) -> float:
         return 1.0 / self.ratio
 
+    @property
+    def decimals(self) -> int:
+        """Decimals to print the speedup and its interval with: 3, or up to 6 where the interval
+        excludes 1 but its nearer bound would print as 1.000 (a log line read "slower: 1.000x
+        [1.000, 1.000]" for a candidate 0.03% slower)."""
+        # The speedup's bound nearer to 1: the lower one of a faster candidate, else the upper.
+        bound = 1.0 / self.high if self.faster else 1.0 / self.low if self.slower else None
+        if bound is None:
+            return 3
+        return next((d for d in (3, 4, 5) if f"{bound:.{d}f}" != f"{1:.{d}f}"), 6)
+
+
+def speedup_text(e: RatioEstimate, unit: str = "") -> str:
+    """The speedup (baseline / candidate) with its 95% interval, "1.088x [1.087, 1.089]" (with
+    `unit` "x": "[1.087x, 1.089x]"), to `RatioEstimate.decimals`."""
+    d = e.decimals
+    upper = f"{1 / e.low:.{d}f}{unit}" if e.low > 0 else "inf"
+    return f"{e.speedup:.{d}f}x [{1 / e.high:.{d}f}{unit}, {upper}]"
+
 
 def _order_rank(n: int, confidence: float) -> int:
     """The largest k with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, at least 1.

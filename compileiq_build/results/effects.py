@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq_build.build.space import BASELINE, DEFAULT, config_key, dimensions_for
+from compileiq_build.decide import stats
 from compileiq_build.decide.selection import SAME_AS_BASELINE, NoWinner, Outcome, Winner
 from compileiq_build.decide.stats import RatioEstimate
 
@@ -34,8 +35,7 @@ TOO_FEW = "one pair per workload: too few to tell"
 
 def speedup_text(e: RatioEstimate) -> str:
     """Speedup (baseline / candidate) with its 95% interval, as the reports print it."""
-    upper = 1 / e.low if e.low > 0 else math.inf
-    return f"{e.speedup:.3f}x [{1 / e.high:.3f}x, {upper:.3f}x]"
+    return stats.speedup_text(e, "x")
 
 
 def estimates_text(estimates: dict[str, RatioEstimate]) -> str:

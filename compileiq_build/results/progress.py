@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq_build.decide.selection import Outcome
+from compileiq_build.decide.stats import speedup_text
 
 
 @dataclass
@@ -48,8 +49,7 @@ def describe(outcome: Outcome) -> str:
         return f"invalid: {first[:160]}"
     parts = []
     for workload, e in outcome.estimates.items():
-        upper = f"{1 / e.low:.3f}" if e.low > 0 else "inf"
-        parts.append(f"{workload} {e.speedup:.3f}x [{1 / e.high:.3f}, {upper}] ({e.pairs} pairs)")
+        parts.append(f"{workload} {speedup_text(e)} ({e.pairs} pairs)")
     # A measured evaluation's reason says why it stopped early (raced out).
     stopped = outcome.evaluation.reason if outcome.evaluation.same_as is None else ""
     return f"{outcome.verdict}: " + "; ".join(parts) + (f"; {stopped}" if stopped else "")

@@ -17,7 +17,6 @@ win, but a target's code changed since it was tuned or a name in the file is no 
 
 from __future__ import annotations
 
-import math
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from filelock import FileLock, Timeout
 from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Sampling
 from compileiq_build.decide.selection import Outcome
+from compileiq_build.decide.stats import speedup_text
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine import environment
@@ -115,8 +115,7 @@ def shipped_flags(unit: Target, variables: Mapping[str, list[str]]) -> dict[str,
 
 def _gains(outcome: Outcome) -> str:
     """Each workload's speedup over the project's own flags, with its 95% interval."""
-    return ", ".join(f"{w} {e.speedup:.3f}x [{1 / e.high:.3f}, {1 / e.low if e.low > 0 else math.inf:.3f}]"
-                     for w, e in sorted(outcome.estimates.items()))
+    return ", ".join(f"{w} {speedup_text(e)}" for w, e in sorted(outcome.estimates.items()))
 
 
 class Checker:
