@@ -303,7 +303,8 @@ def holds_without(step: Outcome, parent: Outcome, noise: Mapping[str, float]) ->
         for w, e in parent.estimates.items())
 
 
-def _gains(o: Outcome) -> str:
+def gains_text(o: Outcome) -> str:
+    """Each workload's speedup over the project's own flags, with its 95% interval."""
     return ", ".join(f"{w} {speedup_text(x)}" for w, x in sorted(o.estimates.items()))
 
 
@@ -327,7 +328,7 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
                         and holds_without(s, current, noise)), None):
         gone = set(current.evaluation.config_key.split()) - set(step.evaluation.config_key.split())
         why = ("the machine code is the same without it" if step.evaluation.same_as is not None
-               else "not slower beyond noise without it: " + _gains(step))
+               else "not slower beyond noise without it: " + gains_text(step))
         dropped += [Dropped(option, why) for option in sorted(gone)]
         current = step
     kept = current.evaluation.config_key.split()
@@ -336,7 +337,7 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
     if unchecked and (smaller := _smallest_checked(store, target, arch_keys, current, noise)) is not None:
         gone = set(kept) - set(smaller.evaluation.config_key.split())
         why = (f"minimizing stopped before its removal was checked; {smaller.evaluation.config_key}, "
-               f"measured without it, serves as well: " + _gains(smaller))
+               f"measured without it, serves as well: " + gains_text(smaller))
         return smaller, [*dropped, *(Dropped(option, why) for option in sorted(gone))], ()
     return current, dropped, unchecked
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq_build.build.space import BASELINE, DEFAULT, config_key, dimensions_for
-from compileiq_build.decide import stats
 from compileiq_build.decide.selection import SAME_AS_BASELINE, NoWinner, Outcome, Winner
 from compileiq_build.decide.stats import RatioEstimate
+from compileiq_build.decide.stats import speedup_text as interval_text
 
 NOT_ALONE = "not measured alone"
 NOT_MEASURED = "not measured"
@@ -35,7 +35,7 @@ TOO_FEW = "one pair per workload: too few to tell"
 
 def speedup_text(e: RatioEstimate) -> str:
     """Speedup (baseline / candidate) with its 95% interval, as the reports print it."""
-    return stats.speedup_text(e, "x")
+    return interval_text(e, "x")
 
 
 def estimates_text(estimates: dict[str, RatioEstimate]) -> str:

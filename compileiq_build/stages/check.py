@@ -27,8 +27,7 @@ from filelock import FileLock, Timeout
 
 from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import Outcome
-from compileiq_build.decide.stats import speedup_text
+from compileiq_build.decide.selection import Outcome, gains_text
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine import environment
@@ -111,11 +110,6 @@ def shipped_flags(unit: Target, variables: Mapping[str, list[str]]) -> dict[str,
                 flags[lang] = tuple(found)
                 break
     return flags
-
-
-def _gains(outcome: Outcome) -> str:
-    """Each workload's speedup over the project's own flags, with its 95% interval."""
-    return ", ".join(f"{w} {speedup_text(e)}" for w, e in sorted(outcome.estimates.items()))
 
 
 class Checker:
@@ -215,12 +209,12 @@ class Checker:
                            f"{outcome.error}{tail}", bool(changed))
         if outcome.faster:
             return Verdict(name, CHANGED if changed else HOLDS,
-                           f"{name}: still faster with {shown}: {_gains(outcome)}{tail}", bool(changed))
+                           f"{name}: still faster with {shown}: {gains_text(outcome)}{tail}", bool(changed))
         lost = [w for w, e in sorted(outcome.estimates.items()) if not e.faster]
         slower = [w for w in lost if outcome.estimates[w].slower]
         what = (f"slower than the project's own flags on {', '.join(slower)}" if slower else
                 f"no longer faster beyond noise on {', '.join(lost)}")
-        return Verdict(name, LOSES, f"{name}: LOSES with {shown}: {what}: {_gains(outcome)}{tail}",
+        return Verdict(name, LOSES, f"{name}: LOSES with {shown}: {what}: {gains_text(outcome)}{tail}",
                        bool(changed))
 
 
