@@ -58,4 +58,9 @@ def test_cuda_candidates_compile_ahead_with_digests_and_features(tmp_path, confi
     again = evaluator.build(flags[1], worker, 1)
     assert "no work to do" in again.result.log and again.compiled.digest == digests[1]
     assert not again.compiled.rebuilt_nothing  # nothing new was written
+    # A build that compiled nothing printed no resource report: the tree's report stands.
+    assert again.compiled.features == built[1].compiled.features
+    rekeyed = worker.build(BASELINE_SLOT, "k", None, evaluator.ninja_targets, 600, 1)
+    assert "no work to do" in rekeyed.result.log
+    assert rekeyed.features["registers_max"] == baseline.features["registers_max"] > 0
     store.close()

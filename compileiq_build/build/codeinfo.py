@@ -73,6 +73,10 @@ _COUNTS = ("instructions", *(op.lower() for op in _OPCODES),
            *(f"{op.lower()}.{c.lower()}" for op, cs in _CACHE_OPERATORS.items() for c in cs))
 
 
+# ptxas' (or nvlink's) resource report per (function, arch): registers, spill, stack and smem bytes.
+Report = dict[tuple[str, str | None], dict[str, int]]
+
+
 @dataclass(frozen=True)
 class CodeInfo:
     """A build's machine code: its digest ('' without objects) and its features."""
@@ -97,9 +101,13 @@ def object_of(rel: str, source: str) -> bool:
     return Path(source).parts[-len(parts):] == tuple(parts)
 
 
-def read_code(objects: list[Path], build_output: str, kernels: set[str] | None = None) -> CodeInfo:
+def read_code(objects: list[Path], build_output: str, kernels: set[str] | None = None,
+              earlier: Report | None = None) -> CodeInfo:
     """The digest and features of these objects' code, disassembling each object once;
-    `build_output` is the build log, with the resource report (nvcc --resource-usage).
+    `build_output` is the build log, with the resource report (nvcc --resource-usage), and
+    `earlier` the report of the earlier builds of the same tree (`BuildTree.report`): an object
+    Ninja did not compile again keeps its report, which the log of a build that compiled
+    nothing lacks.  Only the functions of these objects' SASS count (where there is SASS).
 
     With `kernels` (mangled names: the profile's hot kernels) the device part of the digest
     covers those kernels' SASS alone, plus the device functions that are compiled apart (-rdc:
@@ -123,7 +131,10 @@ def read_code(objects: list[Path], build_output: str, kernels: set[str] | None =
         h.update(hashlib.sha256(part).digest())
         for key, c in _instruction_mix(sass or b"").items():
             counts.setdefault(key, Counter()).update(c)
-    return CodeInfo(h.hexdigest() if objects else "", _features(counts, _resources(build_output)))
+    report = {**(earlier or {}), **resource_report(build_output)}
+    if named:  # a log names the functions of every unit it compiled, other targets' too
+        report = {key: r for key, r in report.items() if not key[0] or key[0] in named}
+    return CodeInfo(h.hexdigest() if objects else "", _features(counts, report))
 
 
 def _counts(name: str, code: bytes, hot: set[str]) -> bool:
@@ -169,7 +180,7 @@ def code_features(objects: list[Path], build_output: str) -> dict[str, float]:
 def sass_features(sass: bytes, build_output: str) -> dict[str, float]:
     """The features of SASS already disassembled (cuobjdump_sass) and of the build log: those
     code_features gives for the object it came from, without disassembling it again."""
-    return _features(_instruction_mix(sass), _resources(build_output))
+    return _features(_instruction_mix(sass), resource_report(build_output))
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes] | None:
@@ -254,11 +265,11 @@ def _instruction_mix(sass: bytes) -> dict[tuple[str, str | None], Counter[str]]:
     return mix
 
 
-def _resources(build_output: str) -> dict[tuple[str, str | None], dict[str, int]]:
+def resource_report(build_output: str) -> Report:
     """The resource report per (function, arch): registers, spill (nvlink: local memory),
     stack and shared memory bytes.  Device functions that ptxas reports apart (called, not
     inlined) have a stack frame and spills but no registers of their own."""
-    report: dict[tuple[str, str | None], dict[str, int]] = {}
+    report: Report = {}
     entry: tuple[str, str | None] = ("", None)
     current = entry
     for line in build_output.splitlines():
@@ -282,8 +293,7 @@ def _resources(build_output: str) -> dict[tuple[str, str | None], dict[str, int]
     return report
 
 
-def _features(counts: dict[tuple[str, str | None], Counter[str]],
-              report: dict[tuple[str, str | None], dict[str, int]]) -> dict[str, float]:
+def _features(counts: dict[tuple[str, str | None], Counter[str]], report: Report) -> dict[str, float]:
     keys = list(dict.fromkeys([*counts, *report]))
     several_archs = len({arch for _, arch in keys if arch}) > 1
     features: dict[str, float] = {}

@@ -10,6 +10,7 @@ the tuned unit's objects rather than the whole project again.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from compileiq_build.build.codeinfo import Report, resource_report
 from compileiq_build.errors import CompileIQError
 from compileiq_build.machine import process
 from compileiq_build.project.manifest import Project, load_manifest
@@ -173,6 +175,7 @@ class BuildTree:
                     os.utime(path)  # newer than the copied objects: they compile here
         if (built.path / ".ninja_deps").is_file():
             shutil.copy2(built.path / ".ninja_deps", self.path / ".ninja_deps")
+        self._write_report(built.report())  # the copied objects' report
         (self.path / ".ninja_log").write_text("".join(f"{line}\n" for line in (header, *kept)))
         return len(kept)
 
@@ -187,9 +190,32 @@ class BuildTree:
         except subprocess.TimeoutExpired:
             return BuildResult(False, time.perf_counter() - start, f"build timed out after {timeout:.0f} s")
         seconds = time.perf_counter() - start
+        if new := resource_report(proc.stdout):  # a failed build's compiled units too
+            self._write_report({**self.report(), **new})
         if proc.returncode != 0:
             return BuildResult(False, seconds, (proc.stdout + proc.stderr)[-3000:])
         return BuildResult(True, seconds, proc.stdout)
+
+    @property
+    def _report_file(self) -> Path:
+        return self.path / "compileiq" / "resource-report.json"
+
+    def report(self) -> Report:
+        """The compiler's resource report of every function this tree compiled (the latest of
+        each), kept across builds and runs: a build that compiles nothing prints none, so its
+        code's registers and spills are those of the build that compiled it.  (Live, the
+        baseline's features, read by a no-op build after profiling, had no registers: the prior
+        and the register caps' screening order went without them.)"""
+        try:
+            rows = json.loads(self._report_file.read_text())
+            return {(name, arch): dict(values) for name, arch, values in rows}
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    def _write_report(self, report: Report) -> None:
+        self._report_file.parent.mkdir(parents=True, exist_ok=True)
+        rows = [[name, arch, dict(values)] for (name, arch), values in report.items()]
+        self._report_file.write_text(json.dumps(rows))
 
 
 def _ninja_log(log: Path) -> tuple[str, list[str]]:

@@ -124,7 +124,7 @@ class LocalWorker:
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
         unit = tree.project.target(target)
         code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log,
-                         set(kernels) if kernels else None)
+                         set(kernels) if kernels else None, tree.report())
         return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:
