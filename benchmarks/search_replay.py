@@ -122,10 +122,12 @@ def space_of(table: Table) -> FlagSpace:
     """The table's dimensions, in the order `tune` searches them where their names are the tool's
     (stage, then the order of its flag list): a table written by `report --table` has them sorted
     by name."""
+    tools = {d.name: d for lang in ("CUDA", "CXX") for d in dimensions_for(lang)}
     order = {d.name: (d.stage, i) for lang in ("CUDA", "CXX") for i, d in enumerate(dimensions_for(lang))}
     names = sorted(table.dims, key=lambda d: order.get(d, (4, 0)))
     return FlagSpace(tuple(Dimension(LANGUAGE, d, tuple(v for v in table.dims[d] if v != DEFAULT), "{v}",
-                                     order.get(d, (4, 0))[0]) for d in names))
+                                     order.get(d, (4, 0))[0], anchor=tools[d].anchor if d in tools else "")
+                           for d in names))
 
 
 def _keyed(row: dict[str, str]) -> dict[str, str]:

@@ -212,7 +212,7 @@ def _open_search(model: ModelGuided, spills, outcome, budget: int) -> tuple[list
         features = {"all:spill_bytes": spills(c), "all:registers": 64 - spills(c) / 2}
         return Candidate(c, config_key(c), features)
 
-    compiled = {config_key(m): candidate(m) for m in screening_moves(SPACE)}
+    compiled = {config_key(m): candidate(m) for m in screening_moves(SPACE, {})}
     history: list[Trial] = []
     turned_down = 0
     while len(history) < budget and turned_down < 10 * budget:
@@ -250,7 +250,8 @@ def test_an_open_search_does_not_measure_what_a_compiled_configuration_shows_to_
     assert len(history) == 10 and turned_down == 0
     assert [t.phase for t in history if spills(SPACE.full_config(t.config))] == ["screen"]
     # A configuration not compiled: predicted to spill where its cap did, not elsewhere.
-    compiled = [Candidate(m, config_key(m), {"all:spill_bytes": spills(m)}) for m in screening_moves(SPACE)]
+    compiled = [Candidate(m, config_key(m), {"all:spill_bytes": spills(m)})
+                for m in screening_moves(SPACE, {})]
     context = Context(SPACE, known=compiled, budget=10)
     uncompiled = [{**SPACE.default_config(), "T:R": r, "T:X": "on", "T:S": "b"}
                   for r in (DEFAULT, "1", "2", "3")]
@@ -416,7 +417,7 @@ def _screened_then_combined(best: Config, same=lambda c: c) -> list[Trial]:
     """Screening measured (`same` maps a configuration to the one of its code), then two
     combinations: the best less S with O=1, then the best."""
     history = [Trial(m, r, r < 0.999, code=config_key(same(m)), phase="screen")
-               for m in screening_moves(SPACE) for r in [ratio(same(m))]]
+               for m in screening_moves(SPACE, {}) for r in [ratio(same(m))]]
     return history + [Trial(c, ratio(c), True, code=config_key(c), phase="combine")
                       for c in ({**best, "T:S": DEFAULT, "T:O": "1"}, best)]
 
@@ -579,3 +580,24 @@ def test_while_nothing_beat_the_baseline_the_model_explores_around_the_baseline(
         assert proposal.phase == "model"
         assert SPACE.full_config(proposal.config)["T:R"] != "3" or len(
             changed_options(SPACE.full_config(proposal.config), SPACE.default_config())) == 1
+
+
+def test_screening_takes_the_register_caps_nearest_the_projects_own_registers_first():
+    """A cap far below the code's registers spills and one far above changes little: the cap
+    next to the project's own code's registers is screened first (libor live: 32 registers, the
+    best cap 64, which the extremes-first order left to the fifth pass)."""
+    caps = Dimension("T", "C", ("32", "64", "96", "128", "168", "255"), "-C{v}", 1, anchor="registers")
+    space = FlagSpace((*SPACE.dimensions[:2], caps))
+
+    def screened(features: dict[str, float]) -> list[str]:
+        history: list[Trial] = []
+        while True:
+            context = Context(space, list(history), budget=40, baseline_features=features)
+            result = ModelGuided(seed=0).propose(context)
+            if isinstance(result, Stop) or result.phase != "screen":
+                return [t.config["T:C"] for t in history if t.config["T:C"] != DEFAULT]
+            history.append(Trial(result.config, 1.0, False, code=config_key(result.config), phase="screen"))
+
+    assert screened({"all:registers": 32.0}) == ["32", "64", "96", "128", "168", "255"]
+    assert screened({"all:registers": 96.0}) == ["96", "128", "64", "168", "255", "32"]
+    assert screened({}) == ["32", "255", "128", "168", "64", "96"]  # registers unknown: extremes first

@@ -168,14 +168,18 @@ def test_a_spread_column_is_the_noise_the_replayed_model_stops_on(tmp_path):
 @pytest.mark.benchmark
 def test_compiling_ahead_is_what_lets_the_model_reach_the_gemm_optimum():
     """On the H200's gemm table the optimum is an interaction of two options, one code of 115.
-    Knowing codes and features only of what it measured, the model ends short of it; naming 5
-    configurations a evaluation to compile ahead (tune --compile-ahead 5) it gets there, as with
-    every row's known (benchmarks/results/search/compile_ahead/)."""
+    Knowing codes and features only of what it measured, the model ends far short of it (0.49
+    of its gain); naming 5 configurations a evaluation to compile ahead (tune --compile-ahead 5)
+    it gets as far as with every row's code known (benchmarks/results/search/compile_ahead/):
+    0.89 of the gain since screening takes the register cap nearest the baseline's registers
+    first, 1.00 with the extremes first (a closed table's pool; the open evaluation and the live
+    panel judged that order)."""
     table = search_replay.load_table(Path(search_replay.__file__).parent / "data"
                                      / "h200_gemm_default_space_sample.csv")
-    blind = search_replay.replay(table, budget=20, seeds=2, strategies=["model"], ahead=0)["model"]
-    ahead = search_replay.replay(table, budget=20, seeds=2, strategies=["model"], ahead=5)["model"]
-    assert ahead["short_of_95"] <= blind["short_of_95"] and ahead["fraction_at_budget"] >= 0.95
+    runs = {ahead: search_replay.replay(table, budget=20, seeds=2, strategies=["model"], ahead=ahead)["model"]
+            for ahead in (0, 5, None)}
+    blind, ahead, known = (runs[a]["fraction_at_budget"] for a in (0, 5, None))
+    assert ahead >= known and ahead >= blind + 0.3
 
 
 def test_an_open_replay_measures_distinct_codes_of_the_whole_space():

@@ -191,7 +191,7 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
 
 def test_the_model_names_the_screening_moves_to_come_then_its_best_bounds():
     strategy = ModelGuided()
-    moves = screening_moves(SPACE)
+    moves = screening_moves(SPACE, {})
     assert strategy.scout(Context(SPACE, budget=10), 2) == moves[:2]
     # A move whose code is known is not named again; one measured is not either.
     known = [Candidate(moves[0], "code-a")]

@@ -38,6 +38,9 @@ class Dimension:
     numerics: bool = False  # changes floating-point results
     note: str = ""
     host_specific: bool = False  # binaries then run only on CPUs like the tuning machine's
+    # The compiled code's feature that the values are counts of (a register cap's registers):
+    # screening takes first the values nearest the project's own code's (screen.py).
+    anchor: str = ""
 
     @property
     def key(self) -> str:
@@ -53,7 +56,8 @@ def _cuda_dimensions() -> list[Dimension]:
         d("CUDA", "ptxas-O", ("1", "2"), "--ptxas-options=-O{v}", 1, note="ptxas default is -O3"),
         d("CUDA", "register-usage-level", tuple(str(i) for i in range(11)),
           "--ptxas-options=--register-usage-level={v}", 1, note="BETA in ptxas; default 5"),
-        d("CUDA", "maxrregcount", ("32", "64", "96", "128", "168", "255"), "--maxrregcount={v}", 1),
+        d("CUDA", "maxrregcount", ("32", "64", "96", "128", "168", "255"), "--maxrregcount={v}", 1,
+          anchor="registers"),
         d("CUDA", "dlcm", ("cg", "cs", "lu", "cv"), "--ptxas-options=-dlcm={v}", 1,
           note="default load cache modifier (default ca)"),
         d("CUDA", "dscm", ("cg", "cs", "wt"), "--ptxas-options=-dscm={v}", 2,

@@ -11,11 +11,11 @@ benchmarks/results/search/README.md, "Design notes of the model strategy".
 
 from __future__ import annotations
 
-from compileiq_build.search.strategies.model.screen import screening_moves, spread_order
+from compileiq_build.search.strategies.model.screen import screening_moves, spread_order, value_order
 from compileiq_build.search.strategies.model.spills import spilling_mask
 from compileiq_build.search.strategies.model.stop import FREE_STREAK, STOP_KAPPA
 from compileiq_build.search.strategies.model.strategy import ModelGuided
 from compileiq_build.search.strategies.model.transfer import transfer_holds
 
 __all__ = ["FREE_STREAK", "STOP_KAPPA", "ModelGuided", "screening_moves", "spilling_mask", "spread_order",
-           "transfer_holds"]
+           "transfer_holds", "value_order"]

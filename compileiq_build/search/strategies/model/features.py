@@ -34,6 +34,11 @@ def best_ratio(context: Context) -> float:
     return min([1.0, *(t.ratio for _, t in context.measured if t.ratio is not None)])
 
 
+def code_count(features: Mapping[str, float], name: str) -> float:
+    """A count over the code's kernels (`all:` totals, codeinfo.py), or a table's own; NaN if unknown."""
+    return float(features.get(f"all:{name}", features.get(name, math.nan)))
+
+
 def one_hot(space: FlagSpace, configs: Sequence[Config]) -> np.ndarray:
     """One column per non-default value of every dimension."""
     columns = [(d.key, v) for d in space.dimensions for v in d.values]

@@ -13,18 +13,17 @@ ahead) correct it.  A proposal that compiles to code that spills more is not mea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from compileiq_build.build.space import Config, FlagSpace
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import config_features, one_hot
+from compileiq_build.search.strategies.model.features import code_count, config_features, one_hot
 
 
 def spill_bytes(features: Mapping[str, float]) -> float:
-    return features.get("all:spill_bytes", features.get("spill_bytes", math.nan))
+    return code_count(features, "spill_bytes")
 
 
 def spilling_mask(context: Context, pool: Sequence[Config]) -> np.ndarray:
