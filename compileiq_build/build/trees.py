@@ -198,7 +198,7 @@ class BuildTree:
 
     @property
     def _report_file(self) -> Path:
-        return self.path / "compileiq" / "resource-report.json"
+        return Workspace(self.path).resource_report
 
     def report(self) -> Report:
         """The compiler's resource report of every function this tree compiled (the latest of

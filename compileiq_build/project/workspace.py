@@ -72,6 +72,11 @@ class Workspace:
         return self.root / "work"
 
     @property
+    def resource_report(self) -> Path:
+        """In a tuning tree: the compiler's resource report of what the tree compiled (trees.py)."""
+        return self.root / "resource-report.json"
+
+    @property
     def probe(self) -> Path:
         """Scratch projects that check which flags the compilers accept."""
         return self.root / "probe"
