@@ -122,11 +122,13 @@ def space_of(table: Table) -> FlagSpace:
     """The table's dimensions, in the order `tune` searches them where their names are the tool's
     (stage, then the order of its flag list): a table written by `report --table` has them sorted
     by name."""
-    tools = {d.name: d for lang in ("CUDA", "CXX") for d in dimensions_for(lang)}
-    order = {d.name: (d.stage, i) for lang in ("CUDA", "CXX") for i, d in enumerate(dimensions_for(lang))}
-    names = sorted(table.dims, key=lambda d: order.get(d, (4, 0)))
+    # name -> (stage, place in the tool's list, anchor); a name the tool lacks comes last.
+    tools = {d.name: (d.stage, i, d.anchor)
+             for lang in ("CUDA", "CXX") for i, d in enumerate(dimensions_for(lang))}
+    unknown = (4, 0, "")
+    names = sorted(table.dims, key=lambda d: tools.get(d, unknown)[:2])
     return FlagSpace(tuple(Dimension(LANGUAGE, d, tuple(v for v in table.dims[d] if v != DEFAULT), "{v}",
-                                     order.get(d, (4, 0))[0], anchor=tools[d].anchor if d in tools else "")
+                                     tools.get(d, unknown)[0], anchor=tools.get(d, unknown)[2])
                            for d in names))
 
 
