@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = "never" if lags[t] >= NEVER - args.budget else f"{lags[t]} evaluations"
         print(f"  {t}: {shown}\n    with    {[round(x, 2) for x in a[t]]}"
               f"\n    without {[round(x, 2) for x in b[t]]}")
-    for n in sorted({5, 10, 15, args.budget}):
+    for n in sorted(n for n in {5, 10, 15, args.budget} if n <= args.budget):
         print(f"after {n:2d}: median fraction with {statistics.median(a[t][n - 1] for t in tables):.3f}, "
               f"without {statistics.median(b[t][n - 1] for t in tables):.3f}")
     return 0

@@ -366,3 +366,37 @@ def test_the_report_shows_the_prior_s_uncertainty_and_when_it_abstained():
     del found["sd"]  # a store of a prior that knew no spread
     sessions[0][3]["predicted"]["t"] = found
     assert len(predicted_lines(sessions, "t", winner)) == 2
+    # As the search takes it (model/fit.py): per one-option move, summed where it spoke.
+    sessions[0][3]["predicted"]["t"] = {**found, "moves": {"CUDA:restrict=on": [-0.05, 0.04, 0.0],
+                                                           "CUDA:rul=10": [-0.06, 0.01, -0.058]}}
+    head, detail = predicted_lines(sessions, "t", winner)[2:]
+    assert head.startswith("    as the search took it, option by option") and "-5.6% in all" in head
+    assert detail == "      restrict=on -4.9% +/- 8.3% abstained; rul=10 -5.8% +/- 2.0% taken"
+    sessions[0][3]["predicted"]["t"]["moves"]["CUDA:rul=10"][2] = 0.0
+    assert "abstained on every option" in predicted_lines(sessions, "t", winner)[2]
+
+
+def test_the_report_records_of_each_option_what_the_search_took_of_the_prior(learned):
+    """`target.predicted` records, per option of the winner, the prior's mean and sd of that
+    one-option move and what the search's fit took of it (model/fit.py, the same code's features):
+    the report states what steered the search, not a prediction of another configuration."""
+    from compileiq_build.decide.selection import Winner
+    from compileiq_build.search.strategies.model.fit import _prior_mean
+    from compileiq_build.search.target import predicted
+
+    prior = load(learned)
+    kernel = _kernel(140)
+    base = kernel({})[1]
+    winner_config = SPACE.full_config({"CUDA:register-usage-level": "10", "CUDA:dlcm": "cg"})
+    level10 = SPACE.full_config({"CUDA:register-usage-level": "10"})
+    known = [Candidate(c, f"code{i}", kernel({k.split(":")[1]: v for k, v in c.items()})[1])
+             for i, c in enumerate((winner_config, level10))]  # dlcm=cg alone not compiled
+    winner = Winner("t", {"CUDA": "sm_90"}, config_key(winner_config), {"CUDA": ()}, (), 3)
+    found = predicted(prior, known, base, SPACE, winner)
+    assert found["config"] == config_key(winner_config)
+    assert set(found["moves"]) == {"CUDA:register-usage-level=10", "CUDA:dlcm=cg"}
+    context = Context(SPACE, baseline_features=base, known=known)
+    singles = [level10, SPACE.full_config({"CUDA:dlcm": "cg"})]
+    took = _prior_mean(prior, context, singles)
+    assert [found["moves"][config_key(c)][2] for c in singles] == pytest.approx(list(took))
+    assert found["moves"]["CUDA:register-usage-level=10"][0] < -0.02  # as the kernel's rule says

@@ -224,8 +224,24 @@ def predicted_lines(sessions: list[tuple[int, float, str, dict[str, object]]], t
             shown = ", ".join(f"{k} {100 * math.expm1(v):+.1f}%" for k, v in parts)
             lines.append(f"  Predicted by the prior ({found['prior']}; a prediction, not a measurement): "
                          f"{100 * math.expm1(found['total']):+.1f}% in all; {shown}")
+            if "moves" in found:
+                return lines + _taken(found["moves"])
             return lines + ([_uncertainty(found)] if "sd" in found else [])
     return lines
+
+
+def _taken(moves: dict[str, list]) -> list[str]:
+    """The prior's prediction of each one-option move, with its 2 sd, and what the search took of
+    it (model/fit.py): each move where it spoke, shrunk by its uncertainty, summed."""
+    parts = [f"{move.split(':', 1)[-1]} {100 * math.expm1(mean):+.1f}% +/- {100 * math.expm1(2 * sd):.1f}%"
+             + (" taken" if took else " abstained") for move, (mean, sd, took) in sorted(moves.items())]
+    taken = sum(took for _, _, took in moves.values())
+    head = (f"    as the search took it, option by option (2 sd; it abstains within its uncertainty or the "
+            f"noise, 2%): {100 * math.expm1(taken):+.1f}% in all, each shrunk by its uncertainty, "
+            "then scaled to the measurements" if taken else
+            "    it abstained on every option (each within its uncertainty or the noise, 2%), so the "
+            "search took no effect from it")
+    return [head, "      " + "; ".join(parts)]
 
 
 def _uncertainty(found: dict[str, Any]) -> str:

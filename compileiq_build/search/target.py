@@ -12,6 +12,8 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from compileiq_build.build.space import FlagSpace, Prober, build_space, config_key
 from compileiq_build.decide.selection import Winner, verdict_counts
 from compileiq_build.errors import CompileIQError
@@ -22,8 +24,8 @@ from compileiq_build.project.manifest import Project, Target
 from compileiq_build.results.progress import Reporter
 from compileiq_build.search.history import history, transfer
 from compileiq_build.search.loop import Proposals, run_search
-from compileiq_build.search.prior import Prior, confident, for_space
-from compileiq_build.search.strategies import Strategy, Trial, make_strategy
+from compileiq_build.search.prior import Prior, confident, for_space, shrunk
+from compileiq_build.search.strategies import Candidate, Strategy, Trial, make_strategy
 
 
 def target_space(target: Target, tree_project: Project, arch: str, options: TuneOptions, probe: Path,
@@ -135,18 +137,26 @@ def search_notes(evaluator: Evaluator, proposals: Proposals, notes: Notes) -> No
                    f"({len(ahead) - len(codes)} did not build)")
 
 
-def predicted(prior: Prior | None, evaluator: Evaluator, space: FlagSpace,
-              decision: Winner) -> dict[str, object]:
+def predicted(prior: Prior | None, known: Sequence[Candidate], baseline_features: Mapping[str, float],
+              space: FlagSpace, decision: Winner) -> dict[str, object]:
     """What the prior predicted of the winner, option by option (pred_contrib), for the report:
-    with its sd and whether it was `confident` (else it abstained: the search took no effect)."""
-    _, known = history(evaluator)
+    with its sd and whether it was `confident`, and, as the search took it (model/fit.py), of each
+    of the winner's one-option moves: [mean, sd, what the search took] (0 where it abstained)."""
     ours = [c for c in known if config_key(space.full_config(c.config)) == decision.config_key]
-    if prior is None or not ours or not evaluator.baseline_features:
+    if prior is None or not ours or not baseline_features:
         return {}
     config = space.full_config(ours[0].config)
     features = next((c.features for c in ours if c.features), None)
-    contributions = prior.contributions(config, features, evaluator.baseline_features)
-    mean, sd = prior.predict_interval([config], [features], evaluator.baseline_features, abstain=False)
+    contributions = prior.contributions(config, features, baseline_features)
+    mean, sd = prior.predict_interval([config], [features], baseline_features, abstain=False)
+    base = space.default_config()
+    singles = [{**base, k: v} for k, v in config.items() if v != base[k]]
+    code = {config_key(space.full_config(c.config)): c.features for c in known if c.features}
+    m, s = prior.predict_interval(singles, [code.get(config_key(c)) for c in singles], baseline_features,
+                                  abstain=False)
+    took = np.where(confident(m, s), shrunk(m, s), 0.0)
+    moves = {config_key(c): [float(a), float(b), float(t)]
+             for c, a, b, t in zip(singles, m, s, took, strict=True)}
     return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
             "contributions": contributions, "mean": float(mean[0]), "sd": float(sd[0]),
-            "confident": bool(confident(mean, sd)[0])}
+            "confident": bool(confident(mean, sd)[0]), "moves": moves}

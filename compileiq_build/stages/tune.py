@@ -47,6 +47,7 @@ from compileiq_build.run.launch import (
     start_workers,
 )
 from compileiq_build.run.worker import LocalWorker, Worker, local_workers
+from compileiq_build.search.history import history
 from compileiq_build.search.prior import Prior, for_space
 from compileiq_build.search.prior import load as load_prior
 from compileiq_build.search.target import (
@@ -323,8 +324,10 @@ class Tuner:
             # Also after Ctrl-C: its compiles take the passengers out of what `emit` ships.
             decision = minimize_winner(evaluator, space, decision, twice, self.report)
         self._stop_if_interrupted()
-        if isinstance(decision, Winner) and (guess := predicted(prior, evaluator, space, decision)):
-            store.update_session(session, "predicted", {target.name: guess})
+        if isinstance(decision, Winner):
+            known = history(evaluator)[1]
+            if guess := predicted(prior, known, evaluator.baseline_features, space, decision):
+                store.update_session(session, "predicted", {target.name: guess})
         self.report.note(decision_note(decision, remeasured))
         return decision
 

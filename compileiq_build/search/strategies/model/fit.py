@@ -5,8 +5,9 @@ a value never measured keeps its prior spread, so the bound explores it where it
 a Gaussian process fitted to what the effects miss (interactions), over the options and the
 compile-time features of each configuration's code, where known: configurations of similar code
 are predicted alike.  Configurations whose code was measured enter the fit with that code's ratio.
-With a prior learned across kernels (prior.py), its prediction is the mean, times a scale fitted
-here (1 a priori, spread PRIOR_SCALE_SD): where the measurements contradict it, the scale falls
+With a prior learned across kernels (prior.py), its predictions for the one-option moves, summed
+over a configuration's moves, are the mean, times a scale fitted here (1 a priori, spread
+PRIOR_SCALE_SD): where the measurements contradict it, the scale falls
 towards 0 and the search goes on as without it.  How the process compared with a bagged LightGBM
 ensemble in its place: benchmarks/results/search/large/README.md.
 """
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compileiq_build.build.space import Config, config_key
+from compileiq_build.build.space import DEFAULT, Config, config_key
+from compileiq_build.search.prior import shrunk
 from compileiq_build.search.strategies.base import Context, Trial
 from compileiq_build.search.strategies.model.features import config_features, one_hot, standardized_features
 from compileiq_build.search.strategies.model.stop import resolved_noise
@@ -46,16 +48,28 @@ def prior_informs(prior: Prior | None, context: Context) -> bool:
 
 
 def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
-    """The prior's log(cost ratio) of each configuration (0 without one), from its code's
-    features where compiled, else from its options and the baseline's code, shrunk by its sd."""
+    """The prior's log(cost ratio) of each configuration (0 without one): the sum of its
+    predictions for the configuration's one-option moves, each from the move's code's features
+    where compiled, else from its option and the baseline's code, and shrunk by its sd.
+
+    Additive, as the effects it offsets: a prediction per whole configuration spoke for some
+    (one option) and abstained on their neighbours (several), so the effect fitted to correct it
+    where it spoke carried to the neighbours uncorrected (open evaluation: `-Xptxas -O1`,
+    predicted and measured slower alone, then proposed three times with other options as a gain).
+    """
     if prior is None or not context.baseline_features:  # as `prior_informs`
         return np.zeros(len(configs))
-    features = config_features(context, configs, totals=False)
-    mean, sd = prior.predict_interval(configs, features, context.baseline_features)
-    # Its own uncertainty: each prediction shrunk towards no effect by its signal-to-noise,
-    # mean^2 / (mean^2 + sd^2) (where it abstains, the mean is 0 already; a confident one keeps
-    # 80% or more), rather than one scale for every configuration.
-    return mean * mean**2 / np.maximum(mean**2 + sd**2, 1e-12)
+    moved = [[(k, v) for k, v in c.items() if v != DEFAULT] for c in configs]
+    moves = list(dict.fromkeys(m for c in moved for m in c))
+    if not moves:
+        return np.zeros(len(configs))
+    base = context.space.default_config()
+    singles = [{**base, k: v} for k, v in moves]
+    features = config_features(context, singles, totals=False)
+    mean, sd = prior.predict_interval(singles, features, context.baseline_features)
+    # Its own uncertainty, per move, rather than one scale for every configuration.
+    effect = dict(zip(moves, shrunk(mean, sd), strict=True))
+    return np.array([sum(effect[m] for m in c) for c in moved], dtype=float)
 
 
 def _data(context: Context, transfer: Sequence[tuple[Config, Trial]]
