@@ -216,6 +216,12 @@ def test_the_evaluator_races_out_a_candidate_and_says_so(cxx_project, configure)
     assert outcome.valid and outcome.estimates[workload].pairs == 2
     assert outcome.evaluation.reason.startswith("raced out after 2 pairs: at best")
     assert describe(outcome).endswith(f"(2 pairs); {outcome.evaluation.reason}")
+    # Several cases of one registration: its name and arguments shown once, then each case.
+    e = outcome.estimates[workload]
+    cases = replace(outcome, estimates={"mm[-p 'a|b']/MUL_MAT(n=1)": e, "mm[-p 'a|b']/MUL_MAT(n=8)": e})
+    shown = describe(cases)
+    assert shown.startswith(f"{cases.verdict}: mm[-p 'a|b']: MUL_MAT(n=1) ") and shown.count("mm[") == 1
+    assert "; MUL_MAT(n=8) " in shown
     # Validation measures fully.
     check = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "validate", built,
                                sampling=Sampling(5, 10))

@@ -47,12 +47,23 @@ def describe(outcome: Outcome) -> str:
     if not outcome.valid:
         first = outcome.error.strip().splitlines()[0] if outcome.error.strip() else "failed"
         return f"invalid: {first[:160]}"
-    parts = []
-    for workload, e in outcome.estimates.items():
-        parts.append(f"{workload} {speedup_text(e)} ({e.pairs} pairs)")
+    shared = _registration(list(outcome.estimates))
+    parts = [f"{workload[len(shared):]} {speedup_text(e)} ({e.pairs} pairs)"
+             for workload, e in outcome.estimates.items()]
     # A measured evaluation's reason says why it stopped early (raced out).
     stopped = outcome.evaluation.reason if outcome.evaluation.same_as is None else ""
-    return f"{outcome.verdict}: " + "; ".join(parts) + (f"; {stopped}" if stopped else "")
+    head = f"{outcome.verdict}: " + (f"{shared[:-1]}: " if shared else "")
+    return head + "; ".join(parts) + (f"; {stopped}" if stopped else "")
+
+
+def _registration(workloads: list[str]) -> str:
+    """`name[args]/`, where every one of several workloads is a case of that one registration:
+    shown once, not per case (ggml's test-backend-ops: 200 characters of arguments each)."""
+    if len(workloads) < 2:
+        return ""
+    first = workloads[0]
+    cuts = [i + 2 for i in range(len(first)) if first.startswith("]/", i)]
+    return next((first[:c] for c in reversed(cuts) if all(w.startswith(first[:c]) for w in workloads)), "")
 
 
 class Reporter:
