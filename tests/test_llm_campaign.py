@@ -114,3 +114,37 @@ def test_resuming_writes_to_the_new_sittings_log(tmp_path: Path) -> None:
 
 pytestmark = pytest.mark.skipif(not shutil.which("ninja") or not shutil.which("cmake"),
                                 reason="needs cmake and ninja")
+
+
+def test_the_ggml_integration_takes_the_package_or_the_committed_toolchain_file_alone(tmp_path: Path) -> None:
+    """A teammate without the compileiq_build package configures ggml with the integration file
+    and the campaign's committed toolchain file: the toolchain file's own compileiq_tune() puts
+    the winner on exactly its group's file.  Given neither, the configure says what to give.
+    A stand-in for ggml's layout (ggml itself is not in this repository): its CUDA target and
+    the groups' files, real CMake and nvcc."""
+    src = tmp_path / "ggml"
+    cuda = src / "src" / "ggml-cuda"
+    (cuda / "template-instances").mkdir(parents=True)
+    files = ["template-instances/mmq-instance-q4_0.cu", "mmvq.cu",
+             "template-instances/fattn-vec-instance-f16-f16.cu", "rope.cu", "other.cu"]
+    for name in files:
+        (cuda / name).write_text("__global__ void k() {}\n")
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(ggml LANGUAGES CXX)\n"
+                                        "add_subdirectory(src/ggml-cuda)\n")
+    (cuda / "CMakeLists.txt").write_text(f"enable_language(CUDA)\nadd_library(ggml-cuda {' '.join(files)})\n")
+    llm = Path(__file__).parents[1] / "benchmarks"
+    configure = ["cmake", "-S", str(src), "-G", "Ninja", "-DGGML_CUDA=ON",
+                 "-DCMAKE_CUDA_ARCHITECTURES=90-real",
+                 f"-DCMAKE_PROJECT_ggml_INCLUDE={llm / 'llm' / 'ggml-compileiq.cmake'}",
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DCMAKE_DISABLE_FIND_PACKAGE_CompileIQ=ON"]
+    neither = subprocess.run([*configure, "-B", str(tmp_path / "neither")], capture_output=True, text=True)
+    assert neither.returncode != 0
+    assert "neither the compileiq_build package" in " ".join(neither.stderr.split())
+    toolchain = llm / "results" / "llm" / "ggml-llm-compileiq-toolchain.cmake"
+    tuned = subprocess.run([*configure, "-B", str(tmp_path / "tuned"), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
+                           capture_output=True, text=True)
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "the toolchain file applies its flags itself" in tuned.stdout
+    commands = json.loads((tmp_path / "tuned" / "compile_commands.json").read_text())
+    capped = sorted(Path(e["file"]).name for e in commands if "--maxrregcount=255" in e["command"])
+    assert capped == ["mmq-instance-q4_0.cu"] and len(commands) == len(files)

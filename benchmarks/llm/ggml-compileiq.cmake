@@ -11,6 +11,9 @@ The CompileIQ integration of ggml's CUDA backend for the LLM-inference campaign
         -DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir) \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_BUILD_TYPE=Release
 
+A teammate (or llama.cpp's build) without the compileiq_build package passes the committed
+toolchain file instead of ``CompileIQ_ROOT``: ``-DCMAKE_TOOLCHAIN_FILE=ggml-llm-compileiq-toolchain.cmake``.
+
 CMake includes it right after ggml's ``project()``, before ggml defines its targets, so the
 ``compileiq_tune()``/``compileiq_add_benchmark()`` calls run deferred, at the end of ggml's
 directory, once ``ggml-cuda`` and ``test-backend-ops`` exist (and before CompileIQ's own
@@ -92,4 +95,12 @@ endfunction()
 # Deferred before find_package defers CompileIQ's end-of-configure code: deferred calls run in
 # the order they were deferred.
 cmake_language(DEFER CALL _ggml_llm_compileiq)
-find_package(CompileIQ CONFIG REQUIRED)
+# Optional: a teammate without the compileiq_build package builds with the committed toolchain
+# file alone, whose own compileiq_tune() applies the flags to the groups' files.
+find_package(CompileIQ CONFIG QUIET)
+if(NOT COMMAND compileiq_tune)
+  message(FATAL_ERROR
+    "ggml-compileiq.cmake: neither the compileiq_build package (pip install compileiq-build, or "
+    "-DCompileIQ_ROOT=$(python -m compileiq_build --cmake-dir)) nor a CompileIQ toolchain file "
+    "(-DCMAKE_TOOLCHAIN_FILE=ggml-llm-compileiq-toolchain.cmake) was found: give one of them.")
+endif()
