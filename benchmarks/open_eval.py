@@ -369,6 +369,9 @@ def evaluate_table(job: Job) -> dict:
                                     if name == "model" else make_strategy("model", seed))
                         times, history = _search(land, strategy, b, ahead)
                         runs[str(b)].append(_fraction(base, optimum, times))
+                        # Each budget's search is one of its own (screening takes half of it).
+                        out.setdefault("traces", {}).setdefault(name, {}).setdefault(str(b), []).append(
+                            _phases(history))
                         if b == top:
                             out["phases"].setdefault(name, []).append(_phases(history))
                     continue

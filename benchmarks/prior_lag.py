@@ -1,8 +1,10 @@
 """With the prior against without it, evaluation by evaluation, from two open-evaluation records.
 
 Issue 42 asks that with the prior the search never does worse than without it beyond one
-evaluation.  From each table's traces at the largest budget (`phases` of an open_eval.py
-record: every measured configuration's ratio, in order), the best-so-far fraction of the
+evaluation.  From each table's traces of the searches at `--budget` (`traces` of an open_eval.py
+record, or in records before it the largest budget's `phases`: every measured configuration's
+ratio, in order; a search at budget 10 is one of its own, not the first half of one at 20), the
+best-so-far fraction of the
 optimum's gain after n of them, median over the seeds; a table lags where the run with the
 prior needs more than one beyond n to reach what the run without it had at n (within
 `--tolerance` of the gain).  A configuration of a code measured before is in the traces though
@@ -30,7 +32,8 @@ def curves(path: Path, strategy: str, budget: int) -> dict[str, list[float]]:
         gain = record["optimum_gain"]
         optimum = 1 / (1 + gain)
         runs = []
-        for trace in record["phases"][strategy]:
+        traces = record.get("traces", {}).get(strategy, {}).get(str(budget)) or record["phases"][strategy]
+        for trace in traces:
             best, curve = 1.0, []
             for _, _, ratio in trace[:budget]:
                 best = min(best, ratio)
