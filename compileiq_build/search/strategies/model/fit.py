@@ -7,9 +7,9 @@ compile-time features of each configuration's code, where known: configurations 
 are predicted alike.  Configurations whose code was measured enter the fit with that code's ratio.
 With a prior learned across kernels (prior.py), its predictions for the one-option moves, summed
 over a configuration's moves, are the mean, times a scale fitted here (1 a priori, spread
-PRIOR_SCALE_SD): where the measurements contradict it, the scale falls
-towards 0 and the search goes on as without it.  How the process compared with a bagged LightGBM
-ensemble in its place: benchmarks/results/search/large/README.md.
+PRIOR_SCALE_SD): where the measurements contradict it, the scale falls towards 0 and the search
+goes on as without it.  How the process compared with a bagged LightGBM ensemble in its place:
+benchmarks/results/search/large/README.md.
 """
 
 from __future__ import annotations
