@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -145,6 +146,17 @@ def test_the_ggml_integration_takes_the_package_or_the_committed_toolchain_file_
                            capture_output=True, text=True)
     assert tuned.returncode == 0, tuned.stderr[-3000:]
     assert "the toolchain file applies its flags itself" in tuned.stdout
-    commands = json.loads((tmp_path / "tuned" / "compile_commands.json").read_text())
-    capped = sorted(Path(e["file"]).name for e in commands if "--maxrregcount=255" in e["command"])
-    assert capped == ["mmq-instance-q4_0.cu"] and len(commands) == len(files)
+    # Each group's file gets exactly its group's flags as the file sets them (later sittings
+    # rewrite the file), the file of no group none of them.
+    blocks = re.findall(r"^set\(COMPILEIQ_FLAGS_ggml_cuda_(\w+)_CUDA_sm_90\n(.*?)^\)", toolchain.read_text(),
+                        re.M | re.S)
+    flags = {group: re.findall(r"\[=\[(.*?)\]=\]", block) for group, block in blocks}
+    assert flags.get("mmq"), "the campaign's toolchain file has no flags for mmq"
+    commands = {Path(e["file"]).name: e["command"].split() for e in json.loads(
+        (tmp_path / "tuned" / "compile_commands.json").read_text())}
+    groups = {"mmq": "mmq-instance-q4_0.cu", "mmvq": "mmvq.cu", "fattn": "fattn-vec-instance-f16-f16.cu",
+              "rope": "rope.cu"}
+    every = {f for group in flags.values() for f in group}
+    assert len(commands) == len(files) and not every & set(commands["other.cu"])
+    for group, name in groups.items():
+        assert set(flags.get(group, [])) == every & set(commands[name]), (group, commands[name])
