@@ -287,3 +287,23 @@ def test_the_search_keeps_the_whole_reserve_only_once_a_candidate_was_faster():
     measured.append(Trial({"T:O": "2"}, 0.95, True, code="o2"))
     proposals.next(may_wait=False)
     assert clock.reserve == clock.planned == FINALISTS * 8.0 + 4 * 2.0
+
+
+def test_a_resumed_search_plans_its_reserve_on_the_candidates_builds_before_any_new_one(cxx_project,
+                                                                                       configure):
+    """Live (ggml, sitting 3): a resumed search planned on the baseline's full build, 164 s, where
+    its candidates had taken 27 s; on a warm machine (sitting 4) on the no-op rebuild, 1 s.  The
+    plan now starts from the candidates' builds stored for the target."""
+    import statistics
+
+    build = cxx_project / "build"
+    configure(cxx_project, build)
+    options = {"strategy": "staged", "dimensions": ["O"], "repeats": 2, "max_repeats": 2}
+    _, first = _tune(build, 600.0, budget=1, **options)
+    store = read_store(build / "compileiq" / "results.sqlite")
+    built = [r.build_seconds for r in store.evaluations("saxpy") if r.build_seconds]
+    store.close()
+    assert built, first
+    _, again = _tune(build, 600.0, budget=2, **options)
+    planned = re.search(r"saxpy: the search keeps .* builds of ([\d.]+) s", again)
+    assert planned and float(planned.group(1)) == round(statistics.median(built), 1), again
