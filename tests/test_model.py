@@ -186,17 +186,17 @@ def test_the_priors_predictions_enter_the_fit_per_option_shrunk_by_its_own_uncer
     """Issue 42: the search uses the prior's sd, not one scale for all: each one-option move's
     prediction is shrunk towards no effect by mean^2 / (mean^2 + sd^2); where the prior abstains
     (mean 0) nothing enters; a configuration's offset is the sum of its moves'."""
-    from compileiq_build.search.strategies.model.fit import _prior_mean
+    from compileiq_build.search.strategies.model.fit import prior_offset
 
     prior = _said_by_prior({"CUDA:rul=3": (-0.10, 0.0), "CUDA:dlcm=cg": (-0.10, 0.05),
                             "CUDA:O=1": (0.0, 0.04)})
     context = Context(SPACE, baseline_features={"all:registers": 64.0})
     configs = [_config(rul="3"), _config(dlcm="cg"), _config(O="1"), _config(rul="3", dlcm="cg", O="1"),
                SPACE.default_config()]
-    sure, shrunk, silent, together, base = _prior_mean(prior, context, configs)
+    sure, shrunk, silent, together, base = prior_offset(prior, context, configs)
     assert sure == -0.10 and abs(shrunk - (-0.08)) < 1e-12 and silent == 0.0 and base == 0.0
     assert abs(together - (-0.18)) < 1e-12
-    assert not _prior_mean(None, context, configs).any()
+    assert not prior_offset(None, context, configs).any()
 
 
 def test_a_move_the_prior_mispredicted_keeps_its_measured_effect_with_other_options():

@@ -378,10 +378,9 @@ def test_the_report_shows_the_prior_s_uncertainty_and_when_it_abstained():
 
 def test_the_report_records_of_each_option_what_the_search_took_of_the_prior(learned):
     """`target.predicted` records, per option of the winner, the prior's mean and sd of that
-    one-option move and what the search's fit took of it (model/fit.py, the same code's features):
-    the report states what steered the search, not a prediction of another configuration."""
+    one-option move, read from the move's compiled code where there is one, and what the search's
+    fit took of it: the shrunk mean where the prior spoke, 0 where it abstained."""
     from compileiq_build.decide.selection import Winner
-    from compileiq_build.search.strategies.model.fit import _prior_mean
     from compileiq_build.search.target import predicted
 
     prior = load(learned)
@@ -395,8 +394,11 @@ def test_the_report_records_of_each_option_what_the_search_took_of_the_prior(lea
     found = predicted(prior, known, base, SPACE, winner)
     assert found["config"] == config_key(winner_config)
     assert set(found["moves"]) == {"CUDA:register-usage-level=10", "CUDA:dlcm=cg"}
-    context = Context(SPACE, baseline_features=base, known=known)
-    singles = [level10, SPACE.full_config({"CUDA:dlcm": "cg"})]
-    took = _prior_mean(prior, context, singles)
-    assert [found["moves"][config_key(c)][2] for c in singles] == pytest.approx(list(took))
-    assert found["moves"]["CUDA:register-usage-level=10"][0] < -0.02  # as the kernel's rule says
+    mean, sd, took = found["moves"]["CUDA:register-usage-level=10"]
+    abstained = found["moves"]["CUDA:dlcm=cg"][2]
+    # Read with its compiled code's features, as the search reads the move, not without them.
+    with_code, without = prior.predict_interval([level10] * 2, [known[1].features, None], base,
+                                                abstain=False)[0]
+    assert mean == pytest.approx(with_code) and with_code != pytest.approx(without)
+    assert mean < -0.02 and took == pytest.approx(mean**3 / (mean**2 + sd**2))  # as the kernel's rule says
+    assert abstained == 0.0

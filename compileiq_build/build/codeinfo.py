@@ -101,13 +101,11 @@ def object_of(rel: str, source: str) -> bool:
     return Path(source).parts[-len(parts):] == tuple(parts)
 
 
-def read_code(objects: list[Path], build_output: str, kernels: set[str] | None = None,
-              earlier: Report | None = None) -> CodeInfo:
-    """The digest and features of these objects' code, disassembling each object once;
-    `build_output` is the build log, with the resource report (nvcc --resource-usage), and
-    `earlier` the report of the earlier builds of the same tree (`BuildTree.report`): an object
-    Ninja did not compile again keeps its report, which the log of a build that compiled
-    nothing lacks.  Only the functions of these objects' SASS count (where there is SASS).
+def read_code(objects: list[Path], report: Report, kernels: set[str] | None = None) -> CodeInfo:
+    """The digest and features of these objects' code, disassembling each object once, with the
+    compiler's resource report (`resource_report` of a build log, or `BuildTree.report`: that of
+    every build of the tree, since a build that compiled nothing prints none).  Only the
+    functions of these objects' SASS count (where there is SASS).
 
     With `kernels` (mangled names: the profile's hot kernels) the device part of the digest
     covers those kernels' SASS alone, plus the device functions that are compiled apart (-rdc:
@@ -131,7 +129,6 @@ def read_code(objects: list[Path], build_output: str, kernels: set[str] | None =
         h.update(hashlib.sha256(part).digest())
         for key, c in _instruction_mix(sass or b"").items():
             counts.setdefault(key, Counter()).update(c)
-    report = {**(earlier or {}), **resource_report(build_output)}
     if named:  # a log names the functions of every unit it compiled, other targets' too
         report = {key: r for key, r in report.items() if not key[0] or key[0] in named}
     return CodeInfo(h.hexdigest() if objects else "", _features(counts, report))
@@ -169,12 +166,12 @@ def kernels_of(obj: Path) -> set[str]:
 
 def code_digest(objects: list[Path]) -> str:
     """A digest of the machine code of these objects ('' when there are none)."""
-    return read_code(objects, "").digest
+    return read_code(objects, {}).digest
 
 
 def code_features(objects: list[Path], build_output: str) -> dict[str, float]:
     """Per-function and total features of the objects' SASS and the log's resource report."""
-    return read_code(objects, build_output).features
+    return read_code(objects, resource_report(build_output)).features
 
 
 def sass_features(sass: bytes, build_output: str) -> dict[str, float]:

@@ -123,8 +123,9 @@ class LocalWorker:
         self._baseline_built = self._baseline_built or slot == BASELINE_SLOT
         nothing = "ninja: no work to do" in result.log and any(t == target for t, _ in changed)
         unit = tree.project.target(target)
-        code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), result.log,
-                         set(kernels) if kernels else None, tree.report())
+        # The tree's report: this build's, and that of the objects it did not compile again.
+        code = read_code(object_files(tree.path, unit.cmake_target, unit.sources), tree.report(),
+                         set(kernels) if kernels else None)
         return Compiled(slot, result, code.digest, code.features, nothing)
 
     def executable(self, slot: int, bench: Benchmark) -> Path:

@@ -124,12 +124,6 @@ def confident(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return np.abs(mean) > np.maximum(2.0 * sd, NOISE)
 
 
-def shrunk(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """What the search takes of predictions: each shrunk towards no effect by its signal-to-noise,
-    mean^2 / (mean^2 + sd^2) (a confident one keeps 80% or more; 0 where it abstains)."""
-    return mean * mean**2 / np.maximum(mean**2 + sd**2, 1e-12)
-
-
 @dataclass(frozen=True)
 class Ensemble:
     """What `fit` makes: boosters each trained without one group of tables, then the booster of

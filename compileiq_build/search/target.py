@@ -12,8 +12,6 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from compileiq_build.build.space import FlagSpace, Prober, build_space, config_key
 from compileiq_build.decide.selection import Winner, verdict_counts
 from compileiq_build.errors import CompileIQError
@@ -24,8 +22,10 @@ from compileiq_build.project.manifest import Project, Target
 from compileiq_build.results.progress import Reporter
 from compileiq_build.search.history import history, transfer
 from compileiq_build.search.loop import Proposals, run_search
-from compileiq_build.search.prior import Prior, confident, for_space, shrunk
-from compileiq_build.search.strategies import Candidate, Strategy, Trial, make_strategy
+from compileiq_build.search.prior import Prior, confident, for_space
+from compileiq_build.search.strategies import Candidate, Context, Strategy, Trial, make_strategy
+from compileiq_build.search.strategies.model.features import config_features
+from compileiq_build.search.strategies.model.fit import prior_offset
 
 
 def target_space(target: Target, tree_project: Project, arch: str, options: TuneOptions, probe: Path,
@@ -149,14 +149,14 @@ def predicted(prior: Prior | None, known: Sequence[Candidate], baseline_features
     features = next((c.features for c in ours if c.features), None)
     contributions = prior.contributions(config, features, baseline_features)
     mean, sd = prior.predict_interval([config], [features], baseline_features, abstain=False)
+    # As the search's fit reads each move (model/fit.py): the same features, the same offset.
+    context = Context(space, known=list(known), baseline_features=baseline_features)
     base = space.default_config()
     singles = [{**base, k: v} for k, v in config.items() if v != base[k]]
-    code = {config_key(space.full_config(c.config)): c.features for c in known if c.features}
-    m, s = prior.predict_interval(singles, [code.get(config_key(c)) for c in singles], baseline_features,
+    m, s = prior.predict_interval(singles, config_features(context, singles, totals=False), baseline_features,
                                   abstain=False)
-    took = np.where(confident(m, s), shrunk(m, s), 0.0)
     moves = {config_key(c): [float(a), float(b), float(t)]
-             for c, a, b, t in zip(singles, m, s, took, strict=True)}
+             for c, a, b, t in zip(singles, m, s, prior_offset(prior, context, singles), strict=True)}
     return {"config": decision.config_key, "prior": prior.label, "total": sum(contributions.values()),
             "contributions": contributions, "mean": float(mean[0]), "sd": float(sd[0]),
             "confident": bool(confident(mean, sd)[0]), "moves": moves}

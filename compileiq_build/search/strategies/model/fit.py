@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compileiq_build.build.space import DEFAULT, Config, config_key
-from compileiq_build.search.prior import shrunk
 from compileiq_build.search.strategies.base import Context, Trial
 from compileiq_build.search.strategies.model.features import config_features, one_hot, standardized_features
 from compileiq_build.search.strategies.model.stop import resolved_noise
@@ -47,7 +46,7 @@ def prior_informs(prior: Prior | None, context: Context) -> bool:
     return prior is not None and bool(context.baseline_features)
 
 
-def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
+def prior_offset(prior: Prior | None, context: Context, configs: Sequence[Config]) -> np.ndarray:
     """The prior's log(cost ratio) of each configuration (0 without one): the sum of its
     predictions for the configuration's one-option moves, each from the move's code's features
     where compiled, else from its option and the baseline's code, and shrunk by its sd.
@@ -67,8 +66,10 @@ def _prior_mean(prior: Prior | None, context: Context, configs: Sequence[Config]
     singles = [{**base, k: v} for k, v in moves]
     features = config_features(context, singles, totals=False)
     mean, sd = prior.predict_interval(singles, features, context.baseline_features)
-    # Its own uncertainty, per move, rather than one scale for every configuration.
-    effect = dict(zip(moves, shrunk(mean, sd), strict=True))
+    # Its own uncertainty: each prediction shrunk towards no effect by its signal-to-noise,
+    # mean^2 / (mean^2 + sd^2) (where it abstains, the mean is 0 already; a confident one keeps
+    # 80% or more), rather than one scale for every configuration.
+    effect = dict(zip(moves, mean * mean**2 / np.maximum(mean**2 + sd**2, 1e-12), strict=True))
     return np.array([sum(effect[m] for m in c) for c in moved], dtype=float)
 
 
@@ -97,7 +98,7 @@ def predict(context: Context, transfer: Sequence[tuple[Config, Trial]], pool: li
     noise, _ = resolved_noise(context.measured, assumed_noise)
     # The prior learned across kernels is the mean, times a scale fitted here (1 a priori): where
     # the measurements contradict it, the scale falls towards 0 and the search is as without it.
-    offset_train, offset_pool = _prior_mean(prior, context, train), _prior_mean(prior, context, pool)
+    offset_train, offset_pool = prior_offset(prior, context, train), prior_offset(prior, context, pool)
     target = target - offset_train
     x_train, x_pool = one_hot(context.space, train), one_hot(context.space, pool)
     spreads = np.full(x_train.shape[1], EFFECT_PRIOR)
