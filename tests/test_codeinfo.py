@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from compileiq_build.build.codeinfo import code_digest, code_features, object_files, read_code
+from compileiq_build.build.codeinfo import (
+    code_digest,
+    code_features,
+    object_files,
+    read_code,
+    resource_report,
+)
 from compileiq_build.machine.environment import find_tool
 
 KERNEL = """
@@ -137,7 +143,7 @@ def test_kernels_of_one_object_are_apart(kernels):
 
 def test_digest_and_features_come_from_one_disassembly(kernels):
     (obj, log), (capped, _) = kernels["default"], kernels["capped"]
-    code = read_code([obj], log)
+    code = read_code([obj], resource_report(log))
     assert code.digest == code_digest([obj]) != code_digest([capped])
     assert code.features == code_features([obj], log)
 

@@ -15,7 +15,7 @@ import pytest
 from benchmarks import corpus_record as cr
 from benchmarks.search_replay import load_table
 from compileiq_build.build import codeinfo
-from compileiq_build.build.codeinfo import read_code
+from compileiq_build.build.codeinfo import read_code, resource_report
 from compileiq_build.build.space import DEFAULT
 from compileiq_build.machine.environment import find_tool
 
@@ -93,7 +93,7 @@ def test_per_kernel_digests_follow_each_kernels_code(compiled: list[cr.Build]) -
 
 def test_features_are_those_of_read_code(compiled: list[cr.Build]) -> None:
     for b in compiled:
-        info = read_code([b.cubin], b.log)
+        info = read_code([b.cubin], resource_report(b.log))
         for kernel, feats in b.features.items():
             label = kernel  # short names: the test's are under 60 characters
             assert feats["all:registers"] == info.features[f"{label}:registers"]
