@@ -228,7 +228,9 @@ class Campaign:
 
     def ab(self, groups: Sequence[str], deadline: float) -> None:
         """The project's flags against the toolchain file, in test-backend-ops' harness: rounds
-        of both builds in random order until --rounds, or until the sitting's time is up."""
+        of both builds in random order until --rounds, or until the sitting's time is up.
+        `groups` (the searched ones) are checked; the rounds time the workloads of --ab-groups,
+        so that a group the toolchain file leaves alone is the harness's own A/A beside them."""
         toolchain = self.out / TOOLCHAIN
         if not toolchain.is_file():
             raise CompileIQError(f"{toolchain} does not exist: tune writes it; run a sitting first")
@@ -243,7 +245,8 @@ class Campaign:
         checks = {f"{g}/{side}": self.correctness(folder, g)
                   for g in groups for side, folder in (("baseline", self.build), ("tuned", self.tuned))}
         project = load_manifest(Workspace(self.build).manifest)
-        benches = [b for g in groups for b in project.benchmarks if b.name == BENCHMARK[g]]
+        timed = list(dict.fromkeys([*groups, *self.args.ab_groups]))
+        benches = [b for g in timed for b in project.benchmarks if b.name == BENCHMARK[g]]
         times: dict[tuple[str, str], dict[str, list[float]]] = {}
         rng = random.Random(self.args.seed)
         round_s = 0.0
@@ -456,6 +459,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         s.add_argument("--budget", type=int, default=20, help="tune --budget per group (default 20)")
         s.add_argument("--rounds", type=int, default=10, help="A/B rounds (default 10)")
         s.add_argument("--seed", type=int, default=0, help="seed of the A/B's order")
+        s.add_argument("--ab-groups", nargs="+", choices=GROUPS, default=list(DEFAULT_GROUPS),
+                       help="groups whose workloads the A/B times besides --groups (default: mmq mmvq "
+                            "fattn): those without flags in the toolchain file show the harness's noise")
         s.add_argument("--resume-from", default=str(RESULTS),
                        help="committed store and state to resume from (default benchmarks/results/llm)")
         s.add_argument("--profile", action="store_true",
