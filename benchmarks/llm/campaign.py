@@ -85,6 +85,7 @@ class Campaign:
                                       else {"gpu": "", "profiled": {}, "searched": [], "sittings": []})
         self.log = self.out / f"ggml_llm_sitting{len(self.state['sittings']) + 1}_log.txt"
         self.src = self.work / "src"  # what the builds read: a copy that syncing the tree leaves alone
+        self.gpu = ""
 
     # --- output --------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -203,6 +204,7 @@ class Campaign:
                 "Ask for the same kind of machine (nvidia-h100-x1 gets only H100s), or pass "
                 "--allow-other-gpu to mix them knowingly.")
         self.state["gpu"] = self.state["gpu"] or name
+        self.gpu = name  # this sitting's card: with --allow-other-gpu not the campaign's
 
     def profile(self, group: str, seconds: float) -> None:
         """One ncu run of the group's benchmark, once per campaign.  ncu times every launch, and
@@ -269,7 +271,8 @@ class Campaign:
             round_s = time.monotonic() - started
             self.say(f"A/B round {r + 1}/{self.args.rounds} done in {round_s:.0f} s")
         rows = ab_rows(times)
-        write_ab(self.out, rows, checks, {"rounds_asked": self.args.rounds, "gpu": self.state["gpu"],
+        write_ab(self.out, rows, checks, {"rounds_asked": self.args.rounds, "gpu": self.gpu,
+                                          "searched_on": self.state["gpu"],
                                           "toolchain": toolchain.read_text()})
         self.say(f"A/B: {len(rows)} cases in {self.out / AB_CSV}")
 
@@ -319,7 +322,8 @@ class Campaign:
         deadline = time.monotonic() + 60 * self.args.minutes
         self.restore()
         self.check_gpu()
-        self.state["sittings"].append({"started": utc_now(), "log": self.log.name, "ended": ""})
+        self.state["sittings"].append({"started": utc_now(), "log": self.log.name, "ended": "",
+                                       "gpu": self.gpu})
         self.save_state()
         self.gpu_state("before")
         groups = self.args.groups
