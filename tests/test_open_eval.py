@@ -88,3 +88,18 @@ def test_a_peer_searches_the_landscape_through_the_loop():
     land = _land()
     times = open_eval._peer(land, "kernel-tuner-ga", budget=3, seed=0)
     assert 1 <= len(times) <= 3 and all(math.isfinite(t) and t > 0 for t in times)
+
+
+def test_a_shortfall_inside_the_optimums_measured_interval_is_not_beyond_the_noise():
+    land = _land()
+    optimum, _ = land.optimum()
+    table = land.table
+    recorded = [s for t, s in zip(table.times, table.spreads, strict=True) if math.isclose(t, optimum)]
+    assert recorded  # this table's optimum is a recorded row: the spread is that row's interval
+    assert land.optimum_spread() in recorded and land.optimum_spread() > 0
+    result = {"optimum_gain": 0.10, "optimum_spread": 0.01}
+    # Optimum 1/1.1 = 0.9091: fraction 0.95 ends at 0.9136 (0.5% slower), 0.80 at 0.9273 (2% slower).
+    assert not open_eval.beyond_noise(result, 0.95)
+    assert open_eval.beyond_noise(result, 0.80)
+    lines = open_eval.summary([{**result, "at": {"model": {"10": [0.95], "20": [0.80]}}}], [10, 20])
+    assert "0.950  0% short" in lines[2] and "0.800  100% short" in lines[2] and "100% beyond" in lines[2]
