@@ -17,7 +17,10 @@ CUDA space (120,960 configurations) that answers any configuration from the tabl
   neutral, harmful: gains add sub-additively, losses saturate); a class of fewer than MIN_OWN
   rows in the table draws from every table's;
 - features: a recorded code's own; else those of the recorded row nearest the reduced
-  configuration (fewest options apart): borrowed, not compiled;
+  configuration (fewest options apart), its local-memory features (`LOCAL`: spills, stack,
+  local loads and stores) corrected, where the two differ, by what each differing value's
+  one-option move changed in the baseline's (a register cap that spills alone spills on top of a
+  move that did not): estimated, not compiled (`judge` measures both on held-out rows);
 - the optimum: the best code of the whole space, enumerated (numpy).
 `judge` measures these rules on held-out recorded rows (each multi-option row left out in turn).
 
@@ -63,6 +66,9 @@ STRIDE = np.cumprod([1, *(len(v) for v in VALUES[:0:-1])])[::-1].astype(np.int64
 S0 = 0.003  # the residual's scale floor: about the corpus's measurement noise (log ratio)
 MIN_OWN = 15  # residuals a table needs in a class to draw from its own
 HELPFUL, NEUTRAL, HARMFUL = 0, 1, 2
+# The features a new code's estimate corrects by its options' moves (what the spill rule reads):
+# corrected too, registers and instructions came out worse on held-out rows (`judge`).
+LOCAL = ("all:spill_bytes", "all:stack_bytes", "all:ldl", "all:stl")
 
 
 def _class(additive: np.ndarray) -> np.ndarray:
@@ -141,7 +147,20 @@ class Landscape:
         self.pool = {k: (self.own[k] if len(self.own[k]) >= MIN_OWN or pooled is None or not len(pooled[k])
                          else pooled[k]) for k in (HELPFUL, NEUTRAL, HARMFUL)}
         self.salt = np.uint64(int(hashlib.sha256(name.encode()).hexdigest()[:16], 16))
-        self.borrowed = 0  # new codes whose features were those of the nearest recorded row
+        self.borrowed = 0  # new codes whose features were estimated from recorded rows
+        # Per option value, what its one-option move changed in the baseline's features (0 where
+        # not recorded); a new code's features are the nearest row's with these corrections.
+        self.names = [n for n in table.features[b] if n in LOCAL]
+        base_f = np.array([table.features[b][n] for n in self.names], dtype=float)
+        self.delta = np.zeros((len(NAMES), max(len(v) for v in VALUES), len(self.names)))
+        for d in range(len(NAMES)):
+            for v in range(1, len(VALUES[d])):
+                move = np.zeros(len(NAMES), dtype=np.int64)
+                move[d] = v
+                if (r := self._row(move)) >= 0:
+                    f = table.features[int(self.row_ids[r])]
+                    self.delta[d, v] = [f.get(n, 0.0) - x for n, x in zip(self.names, base_f, strict=True)]
+        self._estimated: dict[int, dict[str, float]] = {}  # one object per new code (_MemoPrior keys on it)
 
     def reduce(self, x: np.ndarray) -> np.ndarray:
         return np.stack([self.canon[d][x[:, d]] for d in range(len(NAMES))], axis=1)
@@ -199,11 +218,27 @@ class Landscape:
         if row[0] >= 0:
             i = int(self.row_ids[row[0]])
             return self.table.codes[i], self.table.features[i]
-        c = self.reduce(x)[0]
-        near = int(np.argmin((self.rows != c).sum(axis=1)))  # first of the nearest, in table order
         self.borrowed += 1
         label = "new:" + hashlib.sha256(f"{self.name}:{int(ckey[0])}".encode()).hexdigest()[:12]
-        return label, self.table.features[int(self.row_ids[near])]
+        if int(ckey[0]) not in self._estimated:
+            self._estimated[int(ckey[0])] = self.estimated_features(self.reduce(x)[0])
+        return label, self._estimated[int(ckey[0])]
+
+    def nearest_row(self, c: np.ndarray) -> int:
+        """The recorded row (index into self.rows) fewest options apart from `c`, first in table order."""
+        return int(np.argmin((self.rows != c).sum(axis=1)))
+
+    def estimated_features(self, c: np.ndarray) -> dict[str, float]:
+        """A reduced configuration's features: the nearest recorded row's, with its `LOCAL` ones
+        plus, for each option where the two differ, the change of `c`'s value's move less that
+        of the row's value."""
+        near = self.nearest_row(c)
+        r = self.rows[near]
+        f = self.table.features[int(self.row_ids[near])]
+        local = np.array([f.get(n, 0.0) for n in self.names], dtype=float)
+        for d in np.flatnonzero(r != c):
+            local += self.delta[d, c[d]] - self.delta[d, r[d]]
+        return {**f, **dict(zip(self.names, np.maximum(local, 0.0).tolist(), strict=True))}
 
     def time(self, config: Mapping[str, str]) -> float:
         return self.base * math.exp(float(self.answer(indices(config)[None])[2][0]))
@@ -479,6 +514,7 @@ def judge(paths: Sequence[Path]) -> dict:
     codes: dict[str, int] = {}
     per_table: dict[str, float] = {}
     rows: list[tuple[float, float, bool, bool]] = []  # predicted, measured, new code, in its band
+    features: list[tuple[Mapping[str, float], ...]] = []  # new codes: nearest row's, estimated, measured
     for path in paths:
         table = load_table(path)
         pooled = {k: np.concatenate([own[q][k] for q in paths if q != path])
@@ -504,6 +540,8 @@ def judge(paths: Sequence[Path]) -> dict:
                 pool = land.pool[int(_class(np.array([additive]))[0])]
                 lo, hi = (np.quantile(pool, [0.1, 0.9]) if (c != 0).sum() >= 2 and len(pool) else (0.0, 0.0))
                 held = bool(additive + lo * scale <= measured <= additive + hi * scale)
+                near = table.features[int(land.row_ids[land.nearest_row(c[0])])]
+                features.append((near, land.estimated_features(c[0]), table.features[i]))
             codes[kind] = codes.get(kind, 0) + 1
             predicted.append(float(log[0]))
             actual.append(measured)
@@ -527,7 +565,30 @@ def judge(paths: Sequence[Path]) -> dict:
         "predicted_gain_ge_1pct": int(gain.sum()),
         "predicted_gain_measured_faster_ge_1pct": faster,
         "predicted_gain_measured_slower_ge_1pct": slower,
+        "features_new_codes": {way: _feature_errors([(f[k], f[2]) for f in features])
+                               for k, way in ((0, "nearest row"), (1, "estimated"))},
         "per_table_spearman": per_table,
+    }
+
+
+def _feature_errors(pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]]) -> dict:
+    """How answered features match the measured ones on new codes: registers, whether the code
+    spills (what the spill rule reads) and the instruction count."""
+    def get(f: Mapping[str, float], name: str) -> float:
+        return f.get(f"all:{name}", 0.0)
+    spilling = [p for p in pairs if get(p[1], "spill_bytes") > 0]
+    registers = [abs(get(a, "registers") - get(m, "registers")) for a, m in pairs]
+    instructions = [abs(get(a, "instructions") / max(get(m, "instructions"), 1.0) - 1) for a, m in pairs]
+    return {
+        "registers_abs_error_mean": float(np.mean(registers)),
+        "registers_abs_error_p90": float(np.quantile(registers, 0.9)),
+        "spills_or_not_right": float(np.mean([(get(a, "spill_bytes") > 0) == (get(m, "spill_bytes") > 0)
+                                              for a, m in pairs])),
+        "spilling_codes": len(spilling),
+        "spilling_codes_answered_spilling": float(np.mean([get(a, "spill_bytes") > 0 for a, _ in spilling]))
+        if spilling else None,
+        "instructions_rel_error_mean": float(np.mean(instructions)),
+        "instructions_rel_error_p90": float(np.quantile(instructions, 0.9)),
     }
 
 
@@ -546,6 +607,15 @@ def judge_lines(j: dict) -> list[str]:
         lines.append(f"answered >= 1% faster: {j['predicted_gain_ge_1pct']} rows, of which "
                      f"{100 * j['predicted_gain_measured_faster_ge_1pct']:.0f}% measured >= 1% faster and "
                      f"{100 * j['predicted_gain_measured_slower_ge_1pct']:.0f}% >= 1% slower")
+    for way, e in j["features_new_codes"].items():
+        caught = e["spilling_codes_answered_spilling"]
+        lines.append(f"features of the new codes, {way}: registers off by "
+                     f"{e['registers_abs_error_mean']:.1f} (mean; 90th percentile "
+                     f"{e['registers_abs_error_p90']:g}), spilling or not right on "
+                     f"{100 * e['spills_or_not_right']:.0f}%, {e['spilling_codes']} codes that spill "
+                     f"answered spilling on {'-' if caught is None else f'{100 * caught:.0f}%'}, "
+                     f"instructions off by {100 * e['instructions_rel_error_mean']:.1f}% (mean; 90th "
+                     f"percentile {100 * e['instructions_rel_error_p90']:.1f}%)")
     return lines
 
 

@@ -103,3 +103,27 @@ def test_a_shortfall_inside_the_optimums_measured_interval_is_not_beyond_the_noi
     assert open_eval.beyond_noise(result, 0.80)
     lines = open_eval.summary([{**result, "at": {"model": {"10": [0.95], "20": [0.80]}}}], [10, 20])
     assert "0.950  0% short" in lines[2] and "0.800  100% short" in lines[2] and "100% beyond" in lines[2]
+
+
+def test_a_new_code_with_a_register_cap_that_spills_alone_spills():
+    path = open_eval.CORPUS / "sample__gemm__sgemm_reg8x8.csv"
+    table = load_table(path)
+    land = open_eval.Landscape(table, path.stem, open_eval.pooled_residuals([path]))
+    default = {n: "default" for n in table.dims}
+    cap = {**default, "maxrregcount": "64"}
+    assert table.features[table.rows.index(cap)]["all:spill_bytes"] > 0  # the cap alone spills
+    # With a move that changed the code without spilling, nearer in table order than the cap.
+    other = next((d, v) for d, v in _moves(table, same_as_baseline=False)
+                 if d in NAMES_BEFORE_CAP and table.features[table.rows.index({**default, d: v})]
+                 ["all:spill_bytes"] == 0)
+    config = {**cap, other[0]: other[1]}
+    assert land.answer(open_eval.indices(config)[None])[0][0] < 0  # a new code
+    code, features = land.compile(config)
+    assert code.startswith("new:") and features["all:spill_bytes"] > 0
+    reduced = land.reduce(open_eval.indices(config)[None])[0]
+    nearest = table.features[int(land.row_ids[land.nearest_row(reduced)])]
+    assert nearest["all:spill_bytes"] == 0  # what the features were before: the other move's row
+    assert land.compile(config)[1] is features  # one object per code, as the memo of the prior keys it
+
+
+NAMES_BEFORE_CAP = open_eval.NAMES[:open_eval.NAMES.index("maxrregcount")]
