@@ -117,6 +117,11 @@ class Landscape:
         # One-option moves: effect and canonical value (passengers -> default, aliases -> the first).
         self.effect = [np.zeros(len(v)) for v in VALUES]
         self.canon = [np.arange(len(v)) for v in VALUES]
+        # Per option value, what its move changed in the baseline's `LOCAL` features (0 where not
+        # recorded): a new code's are the nearest row's with these corrections.
+        self.names = [n for n in table.features[b] if n in LOCAL]
+        base_local = np.array([table.features[b][n] for n in self.names], dtype=float)
+        self.delta = np.zeros((len(NAMES), max(len(v) for v in VALUES), len(self.names)))
         for d in range(len(NAMES)):
             first: dict[str, int] = {self.base_code: 0}
             for v in range(1, len(VALUES[d])):
@@ -127,6 +132,8 @@ class Landscape:
                     continue  # not recorded: no effect known, its own value
                 code = table.codes[self.row_ids[r]]
                 self.effect[d][v] = self.log[r]
+                moved = table.features[int(self.row_ids[r])]
+                self.delta[d, v] = np.array([moved.get(n, 0.0) for n in self.names]) - base_local
                 self.canon[d][v] = first.setdefault(code, v)
         reduced = self.reduce(self.rows)
         self.row_keys = self.rows @ STRIDE
@@ -148,18 +155,6 @@ class Landscape:
                          else pooled[k]) for k in (HELPFUL, NEUTRAL, HARMFUL)}
         self.salt = np.uint64(int(hashlib.sha256(name.encode()).hexdigest()[:16], 16))
         self.borrowed = 0  # new codes whose features were estimated from recorded rows
-        # Per option value, what its one-option move changed in the baseline's features (0 where
-        # not recorded); a new code's features are the nearest row's with these corrections.
-        self.names = [n for n in table.features[b] if n in LOCAL]
-        base_f = np.array([table.features[b][n] for n in self.names], dtype=float)
-        self.delta = np.zeros((len(NAMES), max(len(v) for v in VALUES), len(self.names)))
-        for d in range(len(NAMES)):
-            for v in range(1, len(VALUES[d])):
-                move = np.zeros(len(NAMES), dtype=np.int64)
-                move[d] = v
-                if (r := self._row(move)) >= 0:
-                    f = table.features[int(self.row_ids[r])]
-                    self.delta[d, v] = [f.get(n, 0.0) - x for n, x in zip(self.names, base_f, strict=True)]
         self._estimated: dict[int, dict[str, float]] = {}  # one object per new code (_MemoPrior keys on it)
 
     def reduce(self, x: np.ndarray) -> np.ndarray:
