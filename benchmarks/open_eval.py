@@ -17,10 +17,11 @@ CUDA space (120,960 configurations) that answers any configuration from the tabl
   neutral, harmful: gains add sub-additively, losses saturate); a class of fewer than MIN_OWN
   rows in the table draws from every table's;
 - features: a recorded code's own; else those of the recorded row nearest the reduced
-  configuration (fewest options apart), its local-memory features (`LOCAL`: spills, stack,
-  local loads and stores) corrected, where the two differ, by what each differing value's
-  one-option move changed in the baseline's (a register cap that spills alone spills on top of a
-  move that did not): estimated, not compiled (`judge` measures both on held-out rows);
+  configuration (fewest options apart), corrected where the two differ by what each differing
+  value's one-option move changed in the baseline's: its local-memory features (`LOCAL`: spills,
+  stack, local loads and stores) by every option (a register cap that spills alone spills on
+  top of a move that did not), a count a dimension sets (its `anchor`: a register cap's
+  registers) by that dimension: estimated, not compiled (`judge` measures them on held-out rows);
 - the optimum: the best code of the whole space, enumerated (numpy).
 `judge` measures these rules on held-out recorded rows (each multi-option row left out in turn).
 
@@ -66,8 +67,9 @@ STRIDE = np.cumprod([1, *(len(v) for v in VALUES[:0:-1])])[::-1].astype(np.int64
 S0 = 0.003  # the residual's scale floor: about the corpus's measurement noise (log ratio)
 MIN_OWN = 15  # residuals a table needs in a class to draw from its own
 HELPFUL, NEUTRAL, HARMFUL = 0, 1, 2
-# The features a new code's estimate corrects by its options' moves (what the spill rule reads):
-# corrected too, registers and instructions came out worse on held-out rows (`judge`).
+# The features a new code's estimate corrects by every option's move (what the spill rule reads);
+# registers and instructions so corrected came out worse on held-out rows (`judge`), registers
+# corrected by the register cap's move alone better.
 LOCAL = ("all:spill_bytes", "all:stack_bytes", "all:ldl", "all:stl")
 
 
@@ -117,11 +119,16 @@ class Landscape:
         # One-option moves: effect and canonical value (passengers -> default, aliases -> the first).
         self.effect = [np.zeros(len(v)) for v in VALUES]
         self.canon = [np.arange(len(v)) for v in VALUES]
-        # Per option value, what its move changed in the baseline's `LOCAL` features (0 where not
-        # recorded): a new code's are the nearest row's with these corrections.
-        self.names = [n for n in table.features[b] if n in LOCAL]
-        base_local = np.array([table.features[b][n] for n in self.names], dtype=float)
+        # Per option value, what its move changed in the baseline's `LOCAL` features and registers
+        # (0 where not recorded): a new code's are the nearest row's with these corrections.
+        anchors = {f"all:{d.anchor}" for d in SPACE.dimensions if d.anchor}
+        self.names = [n for n in table.features[b] if n in LOCAL or n in anchors]
+        base_counts = np.array([table.features[b][n] for n in self.names], dtype=float)
         self.delta = np.zeros((len(NAMES), max(len(v) for v in VALUES), len(self.names)))
+        # Which option's moves correct which feature: every option a local-memory one, a
+        # dimension the count it sets.
+        corrects = [[n in LOCAL or n == f"all:{dim.anchor}" for n in self.names] for dim in SPACE.dimensions]
+        self.corrects = np.array(corrects, dtype=bool).reshape(len(NAMES), len(self.names))
         for d in range(len(NAMES)):
             first: dict[str, int] = {self.base_code: 0}
             for v in range(1, len(VALUES[d])):
@@ -133,7 +140,7 @@ class Landscape:
                 code = table.codes[self.row_ids[r]]
                 self.effect[d][v] = self.log[r]
                 moved = table.features[int(self.row_ids[r])]
-                self.delta[d, v] = np.array([moved.get(n, 0.0) for n in self.names]) - base_local
+                self.delta[d, v] = np.array([moved.get(n, 0.0) for n in self.names]) - base_counts
                 self.canon[d][v] = first.setdefault(code, v)
         reduced = self.reduce(self.rows)
         self.row_keys = self.rows @ STRIDE
@@ -224,16 +231,16 @@ class Landscape:
         return int(np.argmin((self.rows != c).sum(axis=1)))
 
     def estimated_features(self, c: np.ndarray) -> dict[str, float]:
-        """A reduced configuration's features: the nearest recorded row's, with its `LOCAL` ones
-        plus, for each option where the two differ, the change of `c`'s value's move less that
-        of the row's value."""
+        """A reduced configuration's features: the nearest recorded row's, with those an option
+        corrects (`self.corrects`) plus, for each option where the two differ, the change of
+        `c`'s value's move less that of the row's value."""
         near = self.nearest_row(c)
         r = self.rows[near]
         f = self.table.features[int(self.row_ids[near])]
-        local = np.array([f.get(n, 0.0) for n in self.names], dtype=float)
+        counts = np.array([f.get(n, 0.0) for n in self.names], dtype=float)
         for d in np.flatnonzero(r != c):
-            local += self.delta[d, c[d]] - self.delta[d, r[d]]
-        return {**f, **dict(zip(self.names, np.maximum(local, 0.0).tolist(), strict=True))}
+            counts += np.where(self.corrects[d], self.delta[d, c[d]] - self.delta[d, r[d]], 0.0)
+        return {**f, **dict(zip(self.names, np.maximum(counts, 0.0).tolist(), strict=True))}
 
     def time(self, config: Mapping[str, str]) -> float:
         return self.base * math.exp(float(self.answer(indices(config)[None])[2][0]))

@@ -123,6 +123,9 @@ def test_a_new_code_with_a_register_cap_that_spills_alone_spills():
     reduced = land.reduce(open_eval.indices(config)[None])[0]
     nearest = table.features[int(land.row_ids[land.nearest_row(reduced)])]
     assert nearest["all:spill_bytes"] == 0  # what the features were before: the other move's row
+    # The cap sets the register count: the estimate takes its change, the nearest row had none.
+    capped = table.features[table.rows.index(cap)]["all:registers"]
+    assert abs(features["all:registers"] - capped) < abs(nearest["all:registers"] - capped)
     assert land.compile(config)[1] is features  # one object per code, as the memo of the prior keys it
 
 
