@@ -45,7 +45,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +128,7 @@ class Landscape:
         # Which option's moves correct which feature: every option a local-memory one, a
         # dimension the count it sets.
         corrects = [[n in LOCAL or n == f"all:{dim.anchor}" for n in self.names] for dim in SPACE.dimensions]
-        self.corrects = np.array(corrects, dtype=bool).reshape(len(NAMES), len(self.names))
+        self.corrects = np.array(corrects, dtype=bool)
         for d in range(len(NAMES)):
             first: dict[str, int] = {self.base_code: 0}
             for v in range(1, len(VALUES[d])):
@@ -245,17 +245,20 @@ class Landscape:
     def time(self, config: Mapping[str, str]) -> float:
         return self.base * math.exp(float(self.answer(indices(config)[None])[2][0]))
 
+    @cached_property
+    def _everywhere(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.answer(whole_space())
+
     def optimum(self) -> tuple[float, float]:
         """The best time of the whole space, and the best without the residual draws."""
-        x = whole_space()
-        row, _, log = self.answer(x)
-        plain = np.where(row >= 0, log, self._additive(self.reduce(x)))
+        row, _, log = self._everywhere
+        plain = np.where(row >= 0, log, self._additive(self.reduce(whole_space())))
         return self.base * math.exp(float(log.min())), self.base * math.exp(float(plain.min()))
 
     def optimum_spread(self) -> float:
         """The relative half-width of the optimum's 95% interval as it was measured: its recorded
         row's, or, for a new code, the table's median (nothing measured it)."""
-        row, _, log = self.answer(whole_space())
+        row, _, log = self._everywhere
         spreads = [s for s in self.table.spreads if s is not None]
         best = int(row[int(np.argmin(log))])
         own = self.table.spreads[int(self.row_ids[best])] if best >= 0 else None
