@@ -572,14 +572,35 @@ def test_while_nothing_beat_the_baseline_the_model_explores_around_the_baseline(
     base = config_key(SPACE.default_config())
     history = [Trial({"T:O": "1"}, 1.05, False, spread=0.002, code="o1", phase="screen"),
                Trial({"T:R": "3"}, 1.001, False, spread=0.002, code="r3", phase="screen"),
-               Trial({"T:S": "b"}, 1.04, False, spread=0.002, code="sb", phase="screen")]
-    context = Context(SPACE, history, budget=6, baseline_code=base)
+               Trial({"T:S": "b"}, 1.04, False, spread=0.002, code="sb", phase="screen"),
+               Trial({"T:R": "1"}, 1.002, False, spread=0.002, code="r1", phase="screen"),
+               Trial({"T:X": "on"}, 1.003, False, spread=0.002, code="x", phase="screen")]
+    context = Context(SPACE, history, budget=6, baseline_code=base)  # screening's idle share spent
     assert best_config(context) == SPACE.default_config()
     for seed in range(5):
         proposal = ModelGuided(seed=seed).propose(context)
         assert proposal.phase == "model"
         assert SPACE.full_config(proposal.config)["T:R"] != "3" or len(
             changed_options(SPACE.full_config(proposal.config), SPACE.default_config())) == 1
+
+
+def test_while_nothing_beat_the_baseline_screening_goes_on_past_its_share():
+    """At budget 10 in the open evaluation, screening's five moves found nothing on tables whose
+    one helpful move was the sixth to the tenth code (bsearch, softMax2, nw), and the model,
+    with nothing to exploit, measured guesses of two to four options.  While no move beats the
+    project's flags beyond the noise, screening goes on up to IDLE_SCREEN_SHARE of the budget;
+    once one does, its share is SCREEN_SHARE."""
+    base = config_key(SPACE.default_config())
+    flat = [Trial({"T:O": "1"}, 1.001, False, spread=0.002, code="o1", phase="screen"),
+            Trial({"T:R": "1"}, 0.999, False, spread=0.002, code="r1", phase="screen"),
+            Trial({"T:X": "on"}, 1.02, False, spread=0.002, code="x", phase="screen")]
+    assert ModelGuided(seed=0).propose(Context(SPACE, flat, budget=6, baseline_code=base)).phase == "screen"
+    four = [*flat, Trial({"T:R": "3"}, 1.0, False, spread=0.002, code="r3", phase="screen")]
+    assert ModelGuided(seed=0).propose(Context(SPACE, four, budget=6, baseline_code=base)).phase == "screen"
+    five = [*four, Trial({"T:S": "b"}, 1.0, False, spread=0.002, code="sb", phase="screen")]
+    assert ModelGuided(seed=0).propose(Context(SPACE, five, budget=6, baseline_code=base)).phase != "screen"
+    helped = [*flat[:2], replace(flat[2], ratio=0.97, faster=True)]
+    assert ModelGuided(seed=0).propose(Context(SPACE, helped, budget=6, baseline_code=base)).phase != "screen"
 
 
 def test_screening_takes_the_register_caps_nearest_the_projects_own_registers_first():

@@ -4,8 +4,9 @@
   order (common to exotic), each pass taking every dimension's next value; a dimension's values
   come extremes first (0 and 10 before 4), except a count of the code's (a register cap): nearest
   the project's own code's first.  A move whose machine code was measured is known without
-  measuring.  Screening spends at most SCREEN_SHARE of the budget: what it leaves
-  unmeasured, the model ranks.
+  measuring.  Screening spends at most SCREEN_SHARE of the budget, IDLE_SCREEN_SHARE while no
+  move beat the project's flags beyond the noise (the model would have nothing to exploit):
+  what it leaves unmeasured, the model ranks.
 - prior (with a prior learned across kernels, prior.py, in place of the first screening moves):
   the untried one-option move of the best predicted mean, while it is predicted to beat the best
   so far beyond the noise, until PRIOR_TRIES guesses of new code gained nothing beyond the noise
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from compileiq_build.search.prior import Prior
 
 SCREEN_SHARE = 0.5
+# While no move measured beats the project's flags beyond the noise, the model has nothing to
+# exploit: screening goes on, up to this share of the budget.
+IDLE_SCREEN_SHARE = 0.8
 PRIOR_TRIES = 2  # guesses of the prior that must gain, or screening takes over
 
 
@@ -81,17 +85,19 @@ def screening_moves(space: FlagSpace, baseline: Mapping[str, float]) -> list[Con
     return moves
 
 
-def screening_open(context: Context) -> bool:
-    """Screening may still spend evaluations (SCREEN_SHARE of the budget, the combinations
-    measured during screening not counted: local.py's `early_combination`)."""
+def screening_open(context: Context, noise: float) -> bool:
+    """Screening may still spend evaluations: SCREEN_SHARE of the budget, IDLE_SCREEN_SHARE while
+    nothing measured beats the project's flags by more than `noise` (the combinations measured
+    during screening not counted: local.py's `early_combination`)."""
     if context.budget is None:
         return True
     screened = replace(context, history=[t for t in context.history if t.phase != "combine"]).spent
-    return screened < math.ceil(SCREEN_SHARE * context.budget)
+    share = SCREEN_SHARE if best_ratio(context) < 1.0 - noise else IDLE_SCREEN_SHARE
+    return screened < math.ceil(share * context.budget)
 
 
-def screen_move(context: Context) -> Config | None:
-    if not screening_open(context):
+def screen_move(context: Context, noise: float) -> Config | None:
+    if not screening_open(context, noise):
         return None
     available = context.choices() if context.closed else None
     for move in screening_moves(context.space, context.baseline_features):
@@ -118,7 +124,7 @@ def prior_guess(context: Context, prior: Prior | None, assumed_noise: float) -> 
     # code as it is, a compile each, and screening takes over.
     if free_streak(context, ("prior",)) >= PRIOR_TRIES:
         return None
-    if not screening_open(context):
+    if not screening_open(context, noise):
         return None
     moves = [m for m in screening_moves(context.space, context.baseline_features) if context.fresh(m)]
     if context.closed:

@@ -72,9 +72,9 @@ class ModelGuided:
         if (not transfer and prior_informs(self.prior, context)
                 and (guess := prior_guess(context, self.prior, self.noise)) is not None):
             return Proposal(guess, "prior")
-        if not transfer and (move := screen_move(context)) is not None:
+        noise, _ = resolved_noise(context.measured, self.noise)
+        if not transfer and (move := screen_move(context, noise)) is not None:
             # The moves that helped beyond the noise, combined before the next screening move.
-            noise, _ = resolved_noise(context.measured, self.noise)
             if (combo := early_combination(context, noise)) is not None:
                 return Proposal(combo, "combine", config_key(best_config(context)))
             return Proposal(move, "screen")
@@ -139,7 +139,7 @@ class ModelGuided:
         known = set(context.codes)
         available = {config_key(c) for c in context.choices()} if context.closed else None
         noise, _ = resolved_noise(context.measured, self.noise)
-        if screening_open(context):
+        if screening_open(context, noise):
             combo = early_combination(context, noise)
             order = screening_order(context, self.prior, self.noise)
             moves = [m for m in [*([combo] if combo else []), *order]
