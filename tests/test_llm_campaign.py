@@ -113,6 +113,24 @@ def test_resuming_writes_to_the_new_sittings_log(tmp_path: Path) -> None:
     assert "resuming from" in (tmp_path / "o" / "ggml_llm_sitting2_log.txt").read_text()
 
 
+def test_ggml_copy_inside_this_repository_is_not_given_its_commit(tmp_path: Path) -> None:
+    """ggml's configure runs `git rev-parse --short HEAD` in its source folder: its copy, with no
+    history, lies inside this repository, and sitting 5's log said "ggml commit: 20c4bb5", this
+    repository's.  The campaign's children look for no repository above the copies' folder."""
+    if not shutil.which("git"):
+        pytest.skip("needs git")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([*git, "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    args = argparse.Namespace(ggml=str(tmp_path / "ggml"), work=str(tmp_path / "w"), out=str(tmp_path / "o"),
+                              resume_from=str(tmp_path / "none"))
+    run = campaign.Campaign(args)
+    copy = run.src / "ggml"
+    copy.mkdir(parents=True)
+    rc, text = run.run(["git", "rev-parse", "--short", "HEAD"], 60, cwd=copy)
+    assert rc != 0 and "not a git repository" in text
+
+
 pytestmark = pytest.mark.skipif(not shutil.which("ninja") or not shutil.which("cmake"),
                                 reason="needs cmake and ninja")
 

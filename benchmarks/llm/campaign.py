@@ -99,9 +99,12 @@ class Campaign:
 
     def env(self) -> dict[str, str]:
         """The children's environment: this repository's package importable without installing
-        it (the GPU machine has none installed), with the wheels unpacked in .llm/site."""
+        it (the GPU machine has none installed), with the wheels unpacked in .llm/site.  Git
+        stops at the copies' folder: ggml's configure asks git for its commit, and its copy, which
+        has no history, lies inside this repository, whose commit it would print as ggml's."""
         paths = [str(REPO), str(REPO / ".llm" / "site"), os.environ.get("PYTHONPATH", "")]
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+                "GIT_CEILING_DIRECTORIES": str(self.src.resolve())}
 
     def run(self, cmd: Sequence[str], timeout: float, cwd: Path | None = None) -> tuple[int, str]:
         """Run a command, its output streamed to the terminal and the sitting's log; returns
