@@ -23,7 +23,8 @@ CUDA space (120,960 configurations) that answers any configuration from the tabl
   top of a move that did not), a count a dimension sets (its `anchor`: a register cap's
   registers) by that dimension: estimated, not compiled (`judge` measures them on held-out rows);
 - the optimum: the best code of the whole space, enumerated (numpy).
-`judge` measures these rules on held-out recorded rows (each multi-option row left out in turn).
+`judge` measures these rules on held-out recorded rows (each multi-option row left out in turn);
+`reach` says where each landscape's near-optimal configurations lie (`Landscape.reach`).
 
 `evaluate` runs, per table, our default strategy ('model', with a prior fitted leave-one-project-
 out as prior_validation does, cached), 'model-noprior', 'random' and the peers (TPE, SMAC3 where
@@ -32,6 +33,7 @@ installed) at each budget and seed, in an open context through `tune`'s own loop
 
     python -m benchmarks.open_eval [--tables N] [--seeds 3] [--budgets 10 20] [--jobs 2]
         [--strategies ...] [--out benchmarks/results/search/open] [--judge]
+    python -m benchmarks.open_eval --reach --min-gain 0.01 [--against NAME.jsonl]
 """
 
 from __future__ import annotations
@@ -263,6 +265,24 @@ class Landscape:
         best = int(row[int(np.argmin(log))])
         own = self.table.spreads[int(self.row_ids[best])] if best >= 0 else None
         return own if own is not None else statistics.median(spreads) if spreads else 0.0
+
+
+    def reach(self, fraction: float = 0.9) -> dict:
+        """Where `fraction` of the optimum's gain is to be had: the share of the space's
+        configurations that reach it, and that share and the best gain (over the optimum's)
+        outside the codes of recorded rows of several options.  Such a row's neighbours are
+        answered from the one-option effects (no faster than the helpful ones together), so where
+        the optimum is such a row, its basin (the configurations of its code) is what a search
+        must hit: the table's dense measurements do not reach that row's neighbourhood."""
+        row, _, log = self._everywhere
+        gain = np.expm1(-log)
+        best = float(gain.max())
+        multi = (self.reduce(self.rows) != 0).sum(axis=1) >= 2
+        in_multi = np.where(row >= 0, multi[np.maximum(row, 0)], False)
+        near = gain >= fraction * best
+        return {"optimum_gain": best, "share": float(near.mean()),
+                "share_outside_multi_rows": float((near & ~in_multi).mean()),
+                "best_outside_multi_rows": float(gain[~in_multi].max()) / best if best > 0 else 1.0}
 
 
 def residuals(land: Landscape, reduced: np.ndarray) -> dict[int, np.ndarray]:
@@ -624,6 +644,36 @@ def judge_lines(j: dict) -> list[str]:
     return lines
 
 
+def reach(paths: Sequence[Path], pooled: Mapping[int, np.ndarray], against: Path | None,
+          fraction: float = 0.9) -> tuple[list[dict], list[str]]:
+    """`Landscape.reach` per table, beside the fractions a search reached (`against`: a NAME.jsonl
+    of this evaluation, its 'model' runs), and what a random search's draws would hit."""
+    reached = {}
+    if against is not None:
+        reached = {(r := json.loads(line))["table"]: r["at"].get("model", {})
+                   for line in against.read_text().splitlines()}
+    rows, lines = [], [f"{'table':58s} {'optimum':>8s} {'share >= ' + str(fraction):>14s} "
+                       f"{'outside multi':>14s} {'best outside':>12s} {'random hits @10/@20':>20s} model @20"]
+    for q in paths:
+        r = {"table": q.stem, **Landscape(load_table(q), q.stem, pooled).reach(fraction)}
+        r["random_hits"] = {b: 1 - (1 - r["share"]) ** b for b in (10, 20)}
+        r["model"] = reached.get(q.stem, {})
+        rows.append(r)
+        model = ", ".join(f"{x:.2f}" for x in r["model"].get("20", []))
+        lines.append(f"{q.stem[:58]:58s} {100 * r['optimum_gain']:7.1f}% {100 * r['share']:13.2f}% "
+                     f"{100 * r['share_outside_multi_rows']:13.2f}% {r['best_outside_multi_rows']:12.2f} "
+                     f"{r['random_hits'][10]:9.2f} {r['random_hits'][20]:9.2f}  {model}")
+    lone = [r for r in rows if r["share_outside_multi_rows"] == 0]
+    lines += ["", f"{len(lone)} of {len(rows)} tables reach {fraction:.2f} of their optimum's gain only "
+              f"in the basin of a recorded row of several options"]
+    if reached:
+        short = [r for r in rows if r["model"].get("20") and min(r["model"]["20"]) < fraction]
+        lines.append(f"the model short of {fraction:.2f} at 20 (a seed or more) on {len(short)} tables, "
+                     f"{sum(r in lone for r in short)} of them such tables: "
+                     + ", ".join(r["table"] for r in short if r in lone))
+    return rows, lines
+
+
 def _commit() -> str:
     import subprocess
 
@@ -651,6 +701,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "compileiq_build" / "open_eval",
                    help="fitted priors, by a digest of their training tables")
     p.add_argument("--judge", action="store_true", help="judge the landscape on held-out rows instead")
+    p.add_argument("--reach", action="store_true",
+                   help="where each landscape's near-optimal configurations lie, instead of a search")
+    p.add_argument("--against", type=Path, help="with --reach: a NAME.jsonl whose 'model' fractions to show")
     p.add_argument("--resume", action="store_true", help="keep the tables already in NAME.jsonl")
     p.add_argument("--report-only", action="store_true",
                    help="write NAME.json and NAME.txt from the tables in NAME.jsonl, running none")
@@ -664,7 +717,12 @@ def main(argv: list[str] | None = None) -> int:
                  >= (1 + args.min_gain) * land.optimum()[0]]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    if args.judge:
+    if args.reach:
+        rows, found = reach(paths, pooled, args.against)
+        lines = [f"$ {command}", f"commit {_commit()}, {len(paths)} tables", *found]
+        (args.out / f"{args.name}.json").write_text(
+            json.dumps({"command": command, "tables": rows}, indent=1) + "\n")
+    elif args.judge:
         j = judge(paths)
         lines = [f"$ {command}", f"commit {_commit()}, {len(paths)} tables", *judge_lines(j)]
         (args.out / f"{args.name}.json").write_text(json.dumps({"command": command, **j}, indent=1) + "\n")

@@ -130,3 +130,21 @@ def test_a_new_code_with_a_register_cap_that_spills_alone_spills():
 
 
 NAMES_BEFORE_CAP = open_eval.NAMES[:open_eval.NAMES.index("maxrregcount")]
+
+
+def test_reach_names_an_optimum_that_only_a_recorded_row_of_several_options_holds():
+    """bsearch's best row sets several options and gains far more than any one-option move: its
+    neighbours are answered from those moves, so only that row's code reaches 0.9 of the gain."""
+    table, land = load_table(TABLE), _land()
+    base, best = table.times[table.baseline], int(np.argmin(table.times))
+    assert sum(v != "default" for v in table.rows[best].values()) >= 2
+    gain = base / table.times[best] - 1
+    moves = [base / t - 1 for row, t in zip(table.rows, table.times, strict=True)
+             if sum(v != "default" for v in row.values()) == 1]
+    assert max(moves) < 0.9 * gain
+    r = land.reach(0.9)
+    assert math.isclose(r["optimum_gain"], base / land.optimum()[0] - 1)
+    assert r["share"] > 0 and r["share_outside_multi_rows"] == 0 and r["best_outside_multi_rows"] < 0.9
+    # A table whose one-option moves hold its optimum reaches it outside such rows.
+    other = open_eval.CORPUS / "HeCBench__nbody__update_particles.csv"
+    assert open_eval.Landscape(load_table(other), other.stem).reach(0.9)["share_outside_multi_rows"] > 0
