@@ -217,7 +217,7 @@ def test_the_time_limit_holds_with_validation_and_minimizing_and_the_search_uses
     minimizing end within the limit, a measurement stopped before a run the time has not left."""
     build = cxx_project / "build"
     configure(cxx_project, build)
-    limit = 45.0
+    limit = 30.0
     started = time.time()
     seconds, log = _tune(build, limit, strategy="random", budget=100, repeats=2, max_repeats=3, seed=1)
     store = read_store(build / "compileiq" / "results.sqlite")
