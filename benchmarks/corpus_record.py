@@ -10,16 +10,18 @@ distinct variant of each kernel wherever the program launches it and times them 
 in random order.  From the rounds it writes one table per kernel in the format of
 benchmarks/search_replay.py: `<out>/<project>__<program>__<kernel>.csv` (a row per
 configuration: the options, `time`, `code`, `spread`, `feature:all:*`) and a `.json` of what was
-measured beside it, with a line per program in `<out>/record.log`.  A kernel is tabled with at
-least 8 rounds and a baseline median of 3 us; a row's `time` is the baseline's median times the
-median of the variant's per-round ratios to the baseline, `spread` the relative half-width of the
-95% sign-test interval of that median (compileiq_build.decide.stats).  DIR/work/<project>__<program>/
+measured beside it, with a line per program in `<out>/record.log`.  With `--densify DIR` (tables
+recorded before) it also measures what they leave out where it matters (`dense_configurations`).
+A kernel is tabled with at least 8 rounds and a baseline median of 3 us; a row's `time` is the
+baseline's median times the median of the variant's per-round ratios to the baseline, `spread`
+the relative half-width of the 95% sign-test interval of that median
+(compileiq_build.decide.stats).  DIR/work/<project>__<program>/
 keeps the build and run logs, the variants' cubins and the shim's rows (shim.csv).
 
     python -m benchmarks.corpus_record MANIFEST --out DIR [--programs a,b] [--jobs N]
         [--samples 100] [--seed 0] [--arch sm_90] [--redo] [--rounds 30] [--min-rounds 10]
         [--kernel-seconds 2] [--kernel-max-seconds 30] [--rounds-per-call 0 (from launches)]
-        [--stop-after SECONDS]
+        [--stop-after SECONDS] [--densify TABLES_DIR]
 
 MANIFEST is a JSON list (or {"programs": [...]}) of entries {"project", "repo", "commit",
 "program", "dir", "sources", "kernel_source", "nvcc_args", "run", "launches", "expect_seconds",
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -64,6 +67,7 @@ PTX_OPTIONS = ("extra-device-vectorization", "restrict", "jump-table-density")
 MIN_ROUNDS = 8
 MIN_BASELINE_MS = 0.003
 BASELINE_ID = "v0"
+NOISE_FLOOR = 0.005  # a one-option move helps (dense_configurations) by its spread and at least this
 
 
 def dimensions() -> list[Dimension]:
@@ -86,6 +90,40 @@ def configurations(dims: Sequence[Dimension], samples: int, seed: int) -> list[C
             out.append(config)
             drawn += 1
     return out
+
+
+def dense_configurations(dims: Sequence[Dimension], tables: Sequence[Path], pairs_of: int = 6,
+                         best_rows: int = 3) -> list[Config]:
+    """What recorded tables of a program's kernels leave unmeasured where it matters (issue 42's
+    corpus, issue 40's open evaluation): the pairs of each kernel's `pairs_of` most helpful
+    one-option moves (faster than the baseline beyond their spread, of distinct options), and each
+    of its `best_rows` fastest rows of several options less one option in turn: how its gain is
+    made.  Without them a landscape answers a best row's neighbours from one-option effects alone
+    (benchmarks/open_eval.py `Landscape.reach`)."""
+    by_name = {d.name: d for d in dims}
+    out: dict[str, Config] = {}
+    for path in tables:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        configs = [{by_name[n].key: r[n] for n in by_name if r.get(n, DEFAULT) != DEFAULT} for r in rows]
+        base = next(float(r["time"]) for r, c in zip(rows, configs, strict=True) if not c)
+        ratio = [float(r["time"]) / base for r in rows]
+        spread = [float(r["spread"] or 0) for r in rows]
+        helpful = sorted((ratio[i], i) for i, c in enumerate(configs)
+                         if len(c) == 1 and ratio[i] < 1 - max(spread[i], NOISE_FLOOR))
+        moves: list[Config] = []
+        for _, i in helpful:
+            if len(moves) < pairs_of and not any(configs[i].keys() & m.keys() for m in moves):
+                moves.append(configs[i])
+        for a, b in itertools.combinations(moves, 2):
+            out.setdefault(config_key({**a, **b}), {**a, **b})
+        several = sorted((ratio[i], i) for i, c in enumerate(configs) if len(c) >= 2)[:best_rows]
+        for _, i in several:
+            for key in configs[i]:
+                less = {k: v for k, v in configs[i].items() if k != key}
+                out.setdefault(config_key(less), less)
+    full = {d.key: DEFAULT for d in dims}
+    return [{**full, **c} for c in out.values()]
 
 
 def split_flags(dims: Sequence[Dimension], config: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -563,6 +601,12 @@ def prepare_program(prog: Program, out: Path, args: argparse.Namespace,
 
     dims = dimensions()
     configs = configurations(dims, args.samples, args.seed)
+    if args.densify is not None:
+        tables = sorted(args.densify.glob(f"{prog.name}__*.csv"))
+        known = {config_key(c) for c in configs}
+        dense = [c for c in dense_configurations(dims, tables) if config_key(c) not in known]
+        configs += dense
+        log(f"{prog.name}: {len(dense)} configurations more from {len(tables)} tables in {args.densify}")
     t1 = time.monotonic()
     builds = compile_all(kernel_source, prog.dir, prog.nvcc_args, dims, configs, work / "cubins",
                          args.arch, args.jobs, nvcc)
@@ -685,6 +729,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds-per-call", type=int, default=0,
                    help="CIQ_ROUNDS_PER_CALL; 0: from the manifest's launches (more for programs "
                         "that launch their kernels a few times only)")
+    p.add_argument("--densify", type=Path,
+                   help="a folder of this program's tables recorded before: also measure the pairs of "
+                        "their helpful moves and their best rows less one option (dense_configurations)")
     p.add_argument("--redo", action="store_true", help="record programs done before again")
     p.add_argument("--stop-after", type=float, default=0.0,
                    help="seconds: no program starts after this (0: no limit); a later run goes on")

@@ -195,3 +195,36 @@ def test_a_table_code_comes_back_from_its_source(tmp_path: Path) -> None:
     config = {d.name: best[d.name] for d in cr.dimensions()}
     assert config != {name: DEFAULT for name in config}
     assert cr.short_code(code_of(config, meta, manifest)) == best["code"]
+
+
+def test_densify_measures_the_pairs_of_helpful_moves_and_the_best_rows_less_one_option() -> None:
+    """lud_perimeter's best row sets seven options and gains 7%, no one-option move more than 1.4%:
+    the configurations that say how (issue 42's corpus, open_eval's `reach`) are those rows less
+    one option, and the pairs of the moves that helped."""
+    path = Path(__file__).parents[1] / "benchmarks" / "corpus" / "tables" / "Rodinia__lud__lud_perimeter.csv"
+    dims = cr.dimensions()
+    table = load_table(path)
+    base = table.times[table.baseline]
+    dense = cr.dense_configurations(dims, [path], pairs_of=3, best_rows=2)
+    assert all(set(c) == {d.key for d in dims} for c in dense)
+    as_rows = [{d.name: c[d.key] for d in dims} for c in dense]
+    assert not any(r in table.rows for r in as_rows if sum(v != DEFAULT for v in r.values()) == 2)
+    set_ = [{n: v for n, v in r.items() if v != DEFAULT} for r in as_rows]
+    # The two fastest rows of several options, each less one option in turn.
+    best = sorted((t, i) for i, (t, row) in enumerate(zip(table.times, table.rows, strict=True))
+                  if sum(v != DEFAULT for v in row.values()) >= 2)[:2]
+    for _, i in best:
+        row = {n: v for n, v in table.rows[i].items() if v != DEFAULT}
+        for n in row:
+            assert {k: v for k, v in row.items() if k != n} in set_, n
+    # Pairs of the most helpful moves (up to three options): here the cap and -O1 alone are
+    # faster beyond their spread, so one pair.
+    helpful = set()
+    for i, row in enumerate(table.rows):
+        moved = [n for n, v in row.items() if v != DEFAULT]
+        if len(moved) == 1 and table.times[i] / base < 1 - max(table.spreads[i] or 0, cr.NOISE_FLOOR):
+            helpful.add(moved[0])
+    assert helpful == {"maxrregcount", "ptxas-O"}
+    pairs = [s for s in set_ if len(s) == 2]
+    assert len(pairs) == 1 and set(pairs[0]) == helpful
+    assert len(dense) == len(pairs) + sum(sum(v != DEFAULT for v in table.rows[i].values()) for _, i in best)
