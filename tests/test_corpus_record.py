@@ -3,6 +3,7 @@ ptxas and cuobjdump on a tiny two-kernel source, and its shim's build (no GPU ne
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -228,3 +229,34 @@ def test_densify_measures_the_pairs_of_helpful_moves_and_the_best_rows_less_one_
     pairs = [s for s in set_ if len(s) == 2]
     assert len(pairs) == 1 and set(pairs[0]) == helpful
     assert len(dense) == len(pairs) + sum(sum(v != DEFAULT for v in table.rows[i].values()) for _, i in best)
+
+
+def test_densify_adds_what_the_tables_leave_out_to_a_programs_compiles(tmp_path: Path) -> None:
+    """`--densify`: a program's configurations are the baseline and the moves, then the pairs of
+    the helpful moves and the best rows less one option of its tables recorded before."""
+    if not find_tool("nvcc") or not find_tool("cuobjdump"):
+        pytest.skip("nvcc or cuobjdump is not installed")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "two.cu").write_text(SOURCE + "int main() { return 0; }\n")
+    prog = cr.Program({"project": "t", "program": "two", "dir": "p", "sources": "two.cu",
+                       "kernel_source": "two.cu", "run": "./prog"}, tmp_path)
+    dims = cr.dimensions()
+    names = [d.name for d in dims]
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    rows = [({}, 1.0), ({"maxrregcount": "32"}, 0.9), ({"ptxas-O": "1"}, 0.95),
+            ({"ptxas-O": "1", "maxrregcount": "32", "dlcm": "cg"}, 0.8)]
+    with (tables / f"{prog.name}__hungry.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, [*names, "time", "code", "spread"])
+        writer.writeheader()
+        writer.writerows({**{n: DEFAULT for n in names}, **opts, "time": t, "code": "c", "spread": 0.001}
+                         for opts, t in rows)
+    said: list[str] = []
+    args = argparse.Namespace(samples=0, seed=0, arch="sm_90", jobs=2, densify=tables)
+    ready = cr.prepare_program(prog, tmp_path / "out", args, said.append)
+    assert ready is not None, said
+    built = [{k.split(":", 1)[1]: v for k, v in b.config.items() if v != DEFAULT} for b in ready.builds]
+    assert len(built) == 1 + sum(len(d.values) for d in dims) + 3
+    assert built[-3:] == [{"ptxas-O": "1", "maxrregcount": "32"}, {"maxrregcount": "32", "dlcm": "cg"},
+                          {"ptxas-O": "1", "dlcm": "cg"}]
+    assert any("3 configurations more from 1 tables" in line for line in said), said
