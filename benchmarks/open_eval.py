@@ -266,7 +266,6 @@ class Landscape:
         own = self.table.spreads[int(self.row_ids[best])] if best >= 0 else None
         return own if own is not None else statistics.median(spreads) if spreads else 0.0
 
-
     def reach(self, fraction: float = 0.9) -> dict:
         """Where `fraction` of the optimum's gain is to be had: the share of the space's
         configurations that reach it, and that share and the best gain (over the optimum's)
