@@ -571,6 +571,20 @@ class Prepared:
     cubin_of: dict[str, Path]
 
 
+def program_configurations(prog: Program, dims: Sequence[Dimension], args: argparse.Namespace,
+                           log: Callable[[str], None]) -> list[Config]:
+    """What a program is compiled under: `configurations`, then with `--densify` what its tables
+    recorded before leave out (`dense_configurations`)."""
+    configs = configurations(dims, args.samples, args.seed)
+    if args.densify is not None:
+        tables = sorted(args.densify.glob(f"{prog.name}__*.csv"))
+        known = {config_key(c) for c in configs}
+        dense = [c for c in dense_configurations(dims, tables) if config_key(c) not in known]
+        configs += dense
+        log(f"{prog.name}: {len(dense)} configurations more from {len(tables)} tables in {args.densify}")
+    return configs
+
+
 def prepare_program(prog: Program, out: Path, args: argparse.Namespace,
                     log: Callable[[str], None]) -> Prepared | None:
     """Build the program and compile its kernel source under every configuration (no GPU)."""
@@ -600,13 +614,7 @@ def prepare_program(prog: Program, out: Path, args: argparse.Namespace,
     log(f"{prog.name}: built in {time.monotonic() - t0:.0f} s")
 
     dims = dimensions()
-    configs = configurations(dims, args.samples, args.seed)
-    if args.densify is not None:
-        tables = sorted(args.densify.glob(f"{prog.name}__*.csv"))
-        known = {config_key(c) for c in configs}
-        dense = [c for c in dense_configurations(dims, tables) if config_key(c) not in known]
-        configs += dense
-        log(f"{prog.name}: {len(dense)} configurations more from {len(tables)} tables in {args.densify}")
+    configs = program_configurations(prog, dims, args, log)
     t1 = time.monotonic()
     builds = compile_all(kernel_source, prog.dir, prog.nvcc_args, dims, configs, work / "cubins",
                          args.arch, args.jobs, nvcc)
