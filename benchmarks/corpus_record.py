@@ -56,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.search_replay import load_table
 from compileiq_build.build import codeinfo
 from compileiq_build.build.space import DEFAULT, Config, Dimension, config_key, dimensions_for
 from compileiq_build.decide.stats import ratio_estimate
@@ -100,17 +101,14 @@ def dense_configurations(dims: Sequence[Dimension], tables: Sequence[Path], pair
     of its `best_rows` fastest rows of several options less one option in turn: how its gain is
     made.  Without them a landscape answers a best row's neighbours from one-option effects alone
     (benchmarks/open_eval.py `Landscape.reach`)."""
-    by_name = {d.name: d for d in dims}
+    key = {d.name: d.key for d in dims}
     out: dict[str, Config] = {}
     for path in tables:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-        configs = [{by_name[n].key: r[n] for n in by_name if r.get(n, DEFAULT) != DEFAULT} for r in rows]
-        base = next(float(r["time"]) for r, c in zip(rows, configs, strict=True) if not c)
-        ratio = [float(r["time"]) / base for r in rows]
-        spread = [float(r["spread"] or 0) for r in rows]
+        table = load_table(path)
+        configs = [{key[n]: v for n, v in row.items() if n in key and v != DEFAULT} for row in table.rows]
+        ratio = [t / table.times[table.baseline] for t in table.times]
         helpful = sorted((ratio[i], i) for i, c in enumerate(configs)
-                         if len(c) == 1 and ratio[i] < 1 - max(spread[i], NOISE_FLOOR))
+                         if len(c) == 1 and ratio[i] < 1 - max(table.spreads[i] or 0.0, NOISE_FLOOR))
         moves: list[Config] = []
         for _, i in helpful:
             if len(moves) < pairs_of and not any(configs[i].keys() & m.keys() for m in moves):

@@ -241,18 +241,16 @@ def test_densify_adds_what_the_tables_leave_out_to_a_programs_configurations(tmp
     names = [d.name for d in dims]
     tables = tmp_path / "tables"
     tables.mkdir()
-    rows = [({}, 1.0), ({"maxrregcount": "32"}, 0.9), ({"ptxas-O": "1"}, 0.95),
-            ({"ptxas-O": "1", "maxrregcount": "32", "dlcm": "cg"}, 0.8)]
-    with (tables / f"{prog.name}__hungry.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, [*names, "time", "code", "spread"])
-        writer.writeheader()
-        writer.writerows({**{n: DEFAULT for n in names}, **opts, "time": t, "code": "c", "spread": 0.001}
-                         for opts, t in rows)
-    with (tables / "t__other__hungry.csv").open("w", newline="") as f:  # another program's
-        writer = csv.DictWriter(f, [*names, "time", "code", "spread"])
-        writer.writeheader()
-        writer.writerows({**{n: DEFAULT for n in names}, **opts, "time": t, "code": "c", "spread": 0.001}
-                         for opts, t in [({}, 1.0), ({"dlcm": "cs"}, 0.9), ({"dscm": "cs"}, 0.9)])
+    def table(stem: str, rows: list[tuple[dict[str, str], float]]) -> None:
+        with (tables / f"{stem}.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, [*names, "time", "code", "spread"])
+            writer.writeheader()
+            writer.writerows({**{n: DEFAULT for n in names}, **opts, "time": t, "code": "c", "spread": 0.001}
+                             for opts, t in rows)
+
+    table(f"{prog.name}__hungry", [({}, 1.0), ({"maxrregcount": "32"}, 0.9), ({"ptxas-O": "1"}, 0.95),
+                                   ({"ptxas-O": "1", "maxrregcount": "32", "dlcm": "cg"}, 0.8)])
+    table("t__other__hungry", [({}, 1.0), ({"dlcm": "cs"}, 0.9), ({"dscm": "cs"}, 0.9)])  # another program's
     said: list[str] = []
     args = argparse.Namespace(samples=0, seed=0, densify=tables)
     configs = cr.program_configurations(prog, dims, args, said.append)

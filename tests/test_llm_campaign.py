@@ -122,13 +122,15 @@ def test_ggml_copy_inside_this_repository_is_not_given_its_commit(tmp_path: Path
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
     subprocess.run([*git, "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    outer = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "--short", "HEAD"], check=True,
+                           capture_output=True, text=True).stdout.strip()
     args = argparse.Namespace(ggml=str(tmp_path / "ggml"), work=str(tmp_path / "w"), out=str(tmp_path / "o"),
                               resume_from=str(tmp_path / "none"))
     run = campaign.Campaign(args)
     copy = run.src / "ggml"
     copy.mkdir(parents=True)
     rc, text = run.run(["git", "rev-parse", "--short", "HEAD"], 60, cwd=copy)
-    assert rc != 0 and "not a git repository" in text
+    assert rc != 0 and outer not in text  # git's words depend on the locale; its answer does not
 
 
 pytestmark = pytest.mark.skipif(not shutil.which("ninja") or not shutil.which("cmake"),
