@@ -15,7 +15,7 @@
 # Compiler:  C GNU 13.3.0
 # Compiler:  CUDA NVIDIA 13.0.88
 # Compiler:  CXX GNU 13.3.0
-# Date:      2026-12-06
+# Date:      2026-12-07
 # Strategy:  model
 #
 # Measured speedup over the project's own flags (median of paired runs,
@@ -23,6 +23,9 @@
 #   ggml-cuda:mmq (sm_90), 25 candidates measured:
 #     llm_mmq[perf -b CUDA0 -o MUL_MAT,MUL_MAT_ID -p '^type_a=q4_0,type_b=f32,m=4096,n=512,k=14336,|^type_a=q4_0,type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=512,k=2048$'].../MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=512,k=14336,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1,src_overlap=0): 1.030x (1.026x .. 1.035x)
 #     llm_mmq[perf -b CUDA0 -o MUL_MAT,MUL_MAT_ID -p '^type_a=q4_0,type_b=f32,m=4096,n=512,k=14336,|^type_a=q4_0,type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=512,k=2048$'].../MUL_MAT_ID(type_a=q4_0,type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=512,k=2048): 1.008x (1.007x .. 1.011x)
+#
+# Kept at the project's own flags:
+#   ggml-cuda:fattn (sm_90): none of the 2 candidates faster in the search held up when re-measured (15 measured)
 
 include_guard(GLOBAL)
 set(COMPILEIQ_TOOLCHAIN_FORMAT 1)
@@ -46,7 +49,7 @@ if(NOT CompileIQ_ROOT AND NOT CompileIQ_DIR AND NOT _compileiq_in_try_compile)
 endif()
 # The targets and groups this file decides: a configure warns about those the project no
 # longer tunes (renamed or removed).
-set(COMPILEIQ_TOOLCHAIN_UNITS [=[ggml-cuda:mmq]=])
+set(COMPILEIQ_TOOLCHAIN_UNITS [=[ggml-cuda:fattn]=] [=[ggml-cuda:mmq]=])
 # A build with another CUDA compiler warns and drops the flags that compiler rejects.
 set(COMPILEIQ_TUNED_WITH_CUDA [=[NVIDIA 13.0.88]=])
 
