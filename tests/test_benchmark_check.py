@@ -1,17 +1,18 @@
 """compileiq_add_benchmark(... CHECK <command>): a correctness check each candidate's build runs
-once before its pairs.  Real cmake, ninja, g++ and runs on the C++ fixture, whose library gains
-a function that -ffast-math breaks (it no longer sees a NaN) and a check program that calls it."""
+once, before its pairs in validation, after them in the search where it may still win.  Real
+cmake, ninja, g++ and runs on the C++ fixture, whose library gains a function that -ffast-math
+breaks (it no longer sees a NaN) and a check program that calls it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest import cxx_evaluator
+from conftest import cxx_evaluator, write_finalists
 
 from compileiq_build.errors import CompileIQError
 from compileiq_build.project.manifest import load_project
-from compileiq_build.store.database import INVALID, MEASURED
+from compileiq_build.store.database import INVALID, MEASURED, EvaluationRow
 
 PROBE = "bool saxpy_sees_nan(float x) { return x != x; }  // -ffast-math folds it to false\n"
 CHECKER = """#include <cmath>
@@ -61,18 +62,31 @@ def test_a_check_without_an_executable_stops_the_configure(cxx_project, configur
     assert message in " ".join(proc.stderr.split())
 
 
-def test_a_candidate_that_fails_the_check_is_invalid_before_any_pair(cxx_project, configure):
+def test_a_candidate_that_fails_the_check_never_counts_and_the_search_checks_only_possible_winners(
+        cxx_project, configure):
     evaluator, store = cxx_evaluator(_with_check(cxx_project, "CHECK check_saxpy 1"), configure, [1])
     assert evaluator.baseline.check_s  # the baseline passed it
-    outcomes = {}
-    for name, flags in (("O2", ("-O2",)), ("fast", ("-O2", "-ffast-math"))):
-        built = evaluator.build({"CXX": flags}, evaluator.workers[0], 0)
-        outcomes[name] = evaluator.evaluate({"CXX:O": name}, {"CXX": flags}, "exhaustive", "search", built)
-    passed, failed = outcomes["O2"].evaluation, outcomes["fast"].evaluation
+    fast = {"CXX": ("-O2", "-ffast-math")}
+
+    def evaluate(name: str, flags: dict[str, tuple[str, ...]], phase: str) -> EvaluationRow:
+        built = evaluator.build(flags, evaluator.workers[0], 0)
+        return evaluator.evaluate({"CXX:O": name}, flags, "exhaustive", phase, built).evaluation
+
+    passed = evaluate("O2", {"CXX": ("-O2",)}, "search")
     assert passed.status == MEASURED and store.samples(passed.id)
-    assert failed.status == INVALID and not store.samples(failed.id)
+    # No history to race against: the candidate may win, so its pairs are followed by the check.
+    failed = evaluate("fast", fast, "search")
+    assert failed.status == INVALID and store.samples(failed.id)
     assert "its CHECK" in failed.reason and "exit code 3" in failed.reason
     assert "NaN seen as NaN: 0 (expected 1)" in failed.reason  # the check's output tail
+    # Validation (and minimizing), whose results ship, check before any pair.
+    validated = evaluate("fast", fast, "validate")
+    assert validated.status == INVALID and not store.samples(validated.id)
+    # Three finalists 100 times faster race the candidate out after 2 pairs: it cannot win, so
+    # the search does not spend the check on it (it would have failed).
+    write_finalists(evaluator, store, 0.01, 0.001)
+    raced = evaluate("fast", fast, "search")
+    assert raced.status == MEASURED and raced.reason.startswith("raced out after 2 pairs")
     store.close()
 
 

@@ -161,7 +161,7 @@ class Evaluator:
             race = self._race(evaluation, reaches, "the configuration it reduces reaches")
         pairing = Pairing(self.store, self.report, evaluation, built.worker, built.compiled.slot, numerics,
                           self.baseline.evidence, self._timeout, self.clock, self._check_timeout)
-        status, reason = pairing.run(self.benchmarks, sampling, race)
+        status, reason = pairing.run(self.benchmarks, sampling, race, check_late=phase == "search")
         self.store.finish_evaluation(evaluation, status, reason, built.result.seconds)
         return self._outcome(evaluation)
 
