@@ -10,8 +10,8 @@ The candidate's build runs each benchmark's CHECK once, and one that fails makes
 before the first pair in validation and minimizing, whose results can ship; after the pairs in
 the search, and only for a candidate still able to win (not raced out, not indifferent), since
 no other can ship or be validated unchecked.  A check is no cheaper than a candidate's pairs:
-ggml's test of its attention ops took about 20 s of a 45 s evaluation live, and 12 of that
-search's 16 candidates were raced out or indifferent.
+ggml's test of its attention ops took about 20 s of a 45 s evaluation live, and 9 of the 12
+candidates that search measured were raced out or indifferent.
 """
 
 from __future__ import annotations
