@@ -79,6 +79,12 @@ def test_the_reserve_is_what_validating_and_minimizing_take_at_most_a_quarter():
     now.t += 2
     assert clock.why_stop() == f"time limit reached ({clock.reserve:.0f} s kept to validate and minimize " \
         "the best candidate)"
+    # A CHECK (ggml's attention test: 20 s) runs once in each validation.
+    checked = Clock(1000, now=Now())
+    checked.share(1)
+    line = checked.plan("k", StepTimes(2.0, 1.0, 3, check_s=20.0), compiles=4, refuse=True)
+    assert checked.planned == FINALISTS * 28.0 + 4 * 2.0
+    assert "validations of a build, a check of 20.0 s and 6 pairs of 1.0 s" in line
     # Runs twenty times as long: the search still has three quarters of its share.
     slow = Clock(1000, now=Now())
     slow.share(1)
@@ -247,14 +253,21 @@ def test_the_time_limit_holds_with_validation_and_minimizing_and_the_search_uses
 
 
 def test_an_impossible_limit_is_refused_with_the_limit_that_would_hold(cxx_project, configure, monkeypatch):
+    """With a CHECK (1.5 s here, ggml's 20 s live), which a candidate that may win and each
+    validation run once: the named limit counts it."""
     monkeypatch.setenv("BENCH_SLEEP_MS", "500")
+    cmake = cxx_project / "CMakeLists.txt"
+    registration = 'UNIT ms'
+    assert cmake.read_text().count(registration) == 1
+    cmake.write_text(cmake.read_text().replace(registration, f"{registration} CHECK sleep 1.5"))
     build = cxx_project / "build"
     configure(cxx_project, build)
     # One evaluation: the run with the limit named ends once -O2 is validated.
     options = {"strategy": "staged", "dimensions": ["O"], "budget": 1, "repeats": 2, "max_repeats": 2}
     with pytest.raises(CompileIQError) as exc:
         _tune(build, 4.0, **options)
-    found = re.search(r"^--time-limit 4s cannot hold one evaluation of saxpy and its validation: .*"
+    found = re.search(r"^--time-limit 4s cannot hold one evaluation of saxpy and its validation: a build "
+                      r"takes [0-9.]+ s, its check 1\.[5-9] s and .*"
                       r"Give --time-limit (\d+)s or more", str(exc.value))
     assert found, str(exc.value)
     store = read_store(build / "compileiq" / "results.sqlite")

@@ -5,9 +5,10 @@ minimizing, and Ctrl-C.
 proposal, the paired runs after each benchmark run, validation and minimizing before each step.
 Each asks `why_stop()`; nothing calls back up into tune.  Each target has an equal share of the
 time left (what one leaves goes to the next); its search stops early enough to keep what
-validating and minimizing take, estimated from the baseline's measured times (`plan`) and, once
-candidates were built, from their builds (`built`: a candidate rebuilds the target's objects, or
-a group's, against the baseline's full build: 26 s against 155 s live on ggml), at most
+validating and minimizing take, estimated from the baseline's measured times and CHECKs
+(`plan`) and, once candidates were built, from their builds (`built`: a candidate rebuilds the
+target's objects, or a group's, against the baseline's full build: 26 s against 155 s live on
+ggml), at most
 a quarter of the share (or one validation, where a quarter cannot hold it): the search is not
 starved.  Until a candidate was measured faster than the baseline there is nothing to validate
 or minimize but what the next evaluation may find: the search keeps one validation only, and the
@@ -38,14 +39,16 @@ class StepTimes:
     build_s: float  # building a candidate
     pair_s: float  # a candidate run and a baseline run of every benchmark
     pairs: int  # pairs of a search evaluation at least; validation measures twice as many
+    check_s: float = 0.0  # the benchmarks' CHECKs, once each (ggml's attention test: 20 s)
 
     @property
     def evaluation(self) -> float:
-        return self.build_s + self.pairs * self.pair_s
+        """A search evaluation that may win (one that cannot skips its check: pairing.py)."""
+        return self.build_s + self.check_s + self.pairs * self.pair_s
 
     @property
     def validation(self) -> float:
-        return self.build_s + 2 * self.pairs * self.pair_s
+        return self.build_s + self.check_s + 2 * self.pairs * self.pair_s
 
 
 class Clock:
@@ -87,7 +90,9 @@ class Clock:
             would = spent + self.targets_left * (times.evaluation + times.validation)
             raise CompileIQError(
                 f"--time-limit {self.limit:.0f}s cannot hold one evaluation of {target} and its "
-                f"validation: a build takes {times.build_s:.1f} s and a pair of runs (candidate and "
+                f"validation: a build takes {times.build_s:.1f} s"
+                + (f", its check {times.check_s:.1f} s" if times.check_s else "")
+                + f" and a pair of runs (candidate and "
                 f"baseline) {times.pair_s:.1f} s, so {times.pairs} pairs and validating with "
                 f"{2 * times.pairs} take {times.evaluation + times.validation:.0f} s"
                 + (f" for each of {self.targets_left} targets" if self.targets_left > 1 else "")
@@ -96,7 +101,9 @@ class Clock:
         self.times, self.compiles = times, compiles
         capped = self._reserve(times)
         return (f"{target}: the search keeps {self.planned:.0f} s of its {self.share_s:.0f} s to validate "
-                f"and minimize ({FINALISTS} validations of a build and {2 * times.pairs} pairs of "
+                f"and minimize ({FINALISTS} validations of a build"
+                + (f", a check of {times.check_s:.1f} s" if times.check_s else "")
+                + f" and {2 * times.pairs} pairs of "
                 f"{times.pair_s:.1f} s, {compiles} builds of {times.build_s:.1f} s"
                 + (", at most a quarter of the share" if capped else "")
                 + f"; {self.reserve:.0f} s until a candidate is faster)")

@@ -310,8 +310,11 @@ class Tuner:
         # A candidate rebuilds its target's (or group's) objects, not everything: a resumed search
         # plans on its earlier candidates' builds (ggml: 27 s, against 164 s for the baseline's).
         built = [r.build_seconds for r in evaluator.results.evaluations() if r.build_seconds]
+        checks = {b.check: evaluator.baseline.check_s.get(b.workload, 0.0)  # a shared CHECK runs once
+                  for b in evaluator.benchmarks if b.check}
         times = StepTimes(statistics.median(built) if built else evaluator.baseline.build_s,
-                          2 * sum(evaluator.baseline.wall.values()), Sampling.of(self.options).min_pairs)
+                          2 * sum(evaluator.baseline.wall.values()), Sampling.of(self.options).min_pairs,
+                          sum(checks.values()))
         if plan := self.clock.plan(target.name, times, min(len(space.dimensions), WINNER_OPTIONS),
                                    refuse=first):
             self.report.note(plan)
