@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
 
 from compileiq_build.build.trees import BuildTree
+from compileiq_build.machine import process
 from compileiq_build.project.manifest import load_project
 from compileiq_build.run.worker import BASELINE_SLOT, SCOUT_SLOT, local_workers
 
@@ -90,8 +92,11 @@ def test_a_candidate_trees_first_build_compiles_only_the_tuned_units_objects(lan
     worker.scout = BuildTree(worker.baseline.user, work / "scout")
     worker.configure("90")
     exe = worker.baseline.project.benchmarks[0].executable_target
-    baseline = worker.build(BASELINE_SLOT, unit, None, [exe], 600, None)
+    steps: list[tuple[int, int]] = []
+    baseline = worker.build(BASELINE_SLOT, unit, None, [exe], 600, None, progress=lambda *s: steps.append(s))
     assert baseline.result.ok
+    # Ninja's steps came as it took them (tune logs them on a long build), up to the last.
+    assert len(steps) >= 3 and steps == sorted(steps) and steps[-1][0] == steps[-1][1]
     assert all(any(o.endswith(u) for o in _compiled(baseline.result.log)) for u in untuned)
     for slot in (0, SCOUT_SLOT):
         first = worker.build(slot, unit, {lang: flags}, [exe], 600, None)
@@ -102,3 +107,14 @@ def test_a_candidate_trees_first_build_compiles_only_the_tuned_units_objects(lan
     assert _compiled(again.result.log) == tuned and again.digest == baseline.digest
     run = worker.run(0, worker.baseline.project.benchmarks[0], 600)
     assert run.ok or lang == "CUDA", run.error  # the seeded tree's executable works (no GPU here)
+
+
+def test_a_streamed_run_gives_each_line_as_it_comes_and_is_killed_at_its_timeout():
+    lines: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.run(["sh", "-c", "echo one; echo two >&2; echo three; sleep 30"], 1.0, on_line=lines.append)
+    assert time.monotonic() - started < 10  # the group was killed, not waited for
+    assert lines == ["one\n", "three\n"]  # the error stream is not the output's
+    done = process.run(["sh", "-c", "echo out; echo err >&2; exit 3"], 10.0, on_line=lines.append)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from compileiq_build.decide.selection import Outcome
 from compileiq_build.decide.stats import RatioEstimate
+from compileiq_build.evaluate.baseline import STEPS_EVERY_S, BuildSteps
 from compileiq_build.results.progress import Reporter
 from compileiq_build.store.database import EvaluationRow
 
@@ -119,3 +120,25 @@ def test_one_warning_per_workload_for_gpu_slowdowns():
     assert len(lines) == 1
     assert ("GPU slowdown during 2 of 10 runs of gemm[--n 4096]: software power cap, software thermal "
             "slowdown (SM clock down to 1755 MHz)") in lines[0]
+
+
+def test_a_long_build_logs_its_steps_at_most_every_half_minute():
+    """ggml's baseline build took 4 minutes with nothing in the log between its heading and its
+    end; now Ninja's steps are a line every STEPS_EVERY_S seconds (a short build shows none)."""
+    lines: list[str] = []
+
+    class Log:
+        def note(self, text: str) -> None:
+            lines.append(text)
+
+        def phase(self, text: str) -> None:
+            lines.append(text)
+
+    t = [100.0]
+    steps = BuildSteps(Log(), "k: the baseline", now=lambda: t[0])
+    for at, done in ((1, 1), (STEPS_EVERY_S - 1, 40), (STEPS_EVERY_S, 41), (STEPS_EVERY_S + 5, 60),
+                     (2 * STEPS_EVERY_S + 1, 120), (4 * STEPS_EVERY_S, 187)):
+        t[0] = 100.0 + at
+        steps(done, 187)
+    assert lines == [f"k: the baseline: 41 of 187 build steps done in {STEPS_EVERY_S:.0f} s",
+                     f"k: the baseline: 120 of 187 build steps done in {2 * STEPS_EVERY_S + 1:.0f} s"]

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ _SKIP = re.compile(r"^(CMAKE_GENERATOR.*|CMAKE_MAKE_PROGRAM|COMPILEIQ_.*)$")
 # tree seeded from another need not redo.  Custom commands, which may write more than they
 # declare, and CMake's own re-run are left out.
 _SEEDED_RULE = re.compile(r"_(COMPILER|LINKER|SCAN|DYNDEP)__|^CMAKE_SYMLINK_")
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] ")  # Ninja's default status, "[done/total] "
 
 
 def _bracket(text: str) -> str:
@@ -179,14 +180,21 @@ class BuildTree:
         (self.path / ".ninja_log").write_text("".join(f"{line}\n" for line in (header, *kept)))
         return len(kept)
 
-    def build(self, ninja_targets: Iterable[str], timeout: float, jobs: int | None = None) -> BuildResult:
+    def build(self, ninja_targets: Iterable[str], timeout: float, jobs: int | None = None,
+              progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        """Ninja in this tree; `progress` is told each step as Ninja reports it (done, total)."""
         cmd = [self.user.make_program or "ninja", "-C", str(self.path)]
         if jobs:
             cmd += ["-j", str(jobs)]
         cmd += list(ninja_targets)
+
+        def step(line: str) -> None:
+            if progress is not None and (m := _NINJA_STEP.match(line)):
+                progress(int(m[1]), int(m[2]))
+
         start = time.perf_counter()
         try:
-            proc = process.run(cmd, timeout)
+            proc = process.run(cmd, timeout, on_line=step if progress else None)
         except subprocess.TimeoutExpired:
             return BuildResult(False, time.perf_counter() - start, f"build timed out after {timeout:.0f} s")
         seconds = time.perf_counter() - start

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from compileiq_build.errors import CompileIQError
@@ -20,6 +21,23 @@ from compileiq_build.project.manifest import Benchmark, Target
 from compileiq_build.run.measure import Run, coarse_values, compare_evidence
 from compileiq_build.run.parsers import ParseError
 from compileiq_build.run.worker import BASELINE_SLOT, Compiled, Worker
+
+STEPS_EVERY_S = 30.0  # a long build's progress in the log, at most this often
+
+
+class BuildSteps:
+    """Ninja's steps of a long build as log lines, at most one every STEPS_EVERY_S seconds: a
+    baseline build of ggml takes 4 minutes, which the log otherwise passed in silence."""
+
+    def __init__(self, notes: Notes, what: str, now: Callable[[], float] = time.monotonic) -> None:
+        self.notes, self.what, self.now = notes, what, now
+        self.start = self.last = now()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.now()
+        if done < total and now - self.last >= STEPS_EVERY_S:
+            self.last = now
+            self.notes.note(f"{self.what}: {done} of {total} build steps done in {now - self.start:.0f} s")
 
 
 @dataclass
@@ -44,7 +62,8 @@ def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: S
     baseline = Baseline()
     seconds = [1.0]
     for worker in workers:  # local workers share one tree: the builds after the first are no-ops
-        built = worker.build(BASELINE_SLOT, target.name, None, ninja_targets, 3600, jobs, hot_kernels)
+        built = worker.build(BASELINE_SLOT, target.name, None, ninja_targets, 3600, jobs, hot_kernels,
+                             BuildSteps(notes, f"{target.name}: the baseline"))
         if not built.result.ok:
             raise CompileIQError(f"the project does not build with its own flags:\n{built.result.log}")
         seconds.append(built.result.seconds)

@@ -12,31 +12,64 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
 def run(cmd: Sequence[str], timeout: float, cwd: Path | None = None,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Like subprocess.run(capture_output=True, text=True); raises TimeoutExpired after killing."""
+        env: dict[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess[str]:
+    """Like subprocess.run(capture_output=True, text=True); raises TimeoutExpired after killing.
+    `on_line` is given each line of the output as it comes (a long build's progress)."""
     proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, errors="replace", start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        if on_line is None:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            out, err = _stream(proc, timeout, on_line)
     except BaseException:  # a timeout, or the driver itself interrupted or killed
-        _kill_group(proc)
+        _kill_group(proc, drain=on_line is None)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _stream(proc: subprocess.Popen[str], timeout: float, on_line: Callable[[str], None]) -> tuple[str, str]:
+    """The output and error of `proc`, read to their ends by threads of their own (a pipe left
+    unread blocks the child), each output line handed to `on_line` as it comes."""
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None
+    out: list[str] = []
+    err: list[str] = []
+
+    def lines() -> None:
+        for line in stdout:
+            out.append(line)
+            on_line(line)
+
+    readers = [threading.Thread(target=lines, daemon=True),
+               threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)]
+    for reader in readers:
+        reader.start()
+    proc.wait(timeout=timeout)
+    for reader in readers:
+        reader.join()
+    return "".join(out), "".join(err)
+
+
+def _kill_group(proc: subprocess.Popen[str], drain: bool = True) -> None:
     """SIGTERM first: ninja then stops the compilers it runs in process groups of their
-    own; SIGKILL for whatever is still there after a grace period."""
+    own; SIGKILL for whatever is still there after a grace period.  `drain`: read the pipes
+    meanwhile (else threads of `_stream` read them)."""
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
-            proc.communicate(timeout=grace)
+            if drain:
+                proc.communicate(timeout=grace)
+            else:
+                proc.wait(timeout=grace)
             return
         except subprocess.TimeoutExpired:
             continue

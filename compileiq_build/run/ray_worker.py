@@ -11,7 +11,7 @@ the same paths as the driver (a shared file system, or the same checkout everywh
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,10 @@ class RayWorker:
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
               ninja_targets: Sequence[str], timeout: float, jobs: int | None,
-              kernels: Collection[str] | None = None) -> Compiled:
+              kernels: Collection[str] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Compiled:
+        """As LocalWorker.build on the actor's node; its steps are not reported (`progress`
+        cannot travel to the actor)."""
         return self._call("build", slot, target, flags, ninja_targets, timeout, jobs, kernels)
 
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark:

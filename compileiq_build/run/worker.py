@@ -10,7 +10,7 @@ method takes and returns plain, picklable values.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -47,7 +47,8 @@ class Worker(Protocol):
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
               ninja_targets: Sequence[str], timeout: float, jobs: int | None,
-              kernels: Collection[str] | None = None) -> Compiled: ...
+              kernels: Collection[str] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Compiled: ...
 
     def resolve(self, bench: Benchmark, timeout: float) -> Benchmark: ...
 
@@ -109,15 +110,17 @@ class LocalWorker:
 
     def build(self, slot: int, target: str, flags: Mapping[str, Sequence[str]] | None,
               ninja_targets: Sequence[str], timeout: float, jobs: int | None,
-              kernels: Collection[str] | None = None) -> Compiled:
+              kernels: Collection[str] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Compiled:
         """Compile `flags` for `target` in a slot (the baseline slot keeps the project's flags);
-        the code's identity is that of `kernels` (the profiled hot ones) where they are found."""
+        the code's identity is that of `kernels` (the profiled hot ones) where they are found.
+        `progress` is told Ninja's steps (done, total) as they come."""
         tree = self._tree(slot)
         if slot != BASELINE_SLOT and self._baseline_built and slot not in self._seeded:
             tree.seed_from(self.baseline, target)  # else its first build compiles the whole project
             self._seeded.add(slot)
         changed = tree.write_flags({target: flags} if flags else {})
-        result = tree.build(ninja_targets, timeout=timeout, jobs=jobs)
+        result = tree.build(ninja_targets, timeout=timeout, jobs=jobs, progress=progress)
         if not result.ok:
             return Compiled(slot, result)
         self._baseline_built = self._baseline_built or slot == BASELINE_SLOT
