@@ -165,10 +165,10 @@ def test_a_run_stopped_before_minimizing_ships_the_smallest_measured_set_that_se
     evaluator, store = cxx_evaluator(cxx_project, configure, [1])
     worker = evaluator.workers[0]
     flags = SPACE.flags(WINNER)
-    # -O3 alone reuses this measurement (the same code); its interval must reach the validated
-    # ratio: 2 pairs missed it in 1 run of 4, 8 pairs in 1 of 250 alone and more often under the
-    # suite's parallel load (CI, 2026-12-06), 16 make the interval twice as sure.
-    _validated(evaluator, WINNER, flags, search=Sampling(16, 16))
+    # -O3 alone reuses this measurement (the same code), which serves by identity: when its
+    # interval had to reach the validated ratio, the suite's parallel load failed it in CI
+    # (2026-12-06, and again with 16 pairs on 2026-12-07).
+    _validated(evaluator, WINNER, flags)
     alone = {"CXX:O": "3"}
     alone_flags = SPACE.flags(alone)
     evaluator.evaluate(alone, alone_flags, "model", "search", evaluator.build(alone_flags, worker, 0))
@@ -176,8 +176,8 @@ def test_a_run_stopped_before_minimizing_ships_the_smallest_measured_set_that_se
     assert shipped.validated == "CXX:O=3 CXX:no-math-errno=on"
     assert shipped.config_key == "CXX:O=3" and shipped.flags == {"CXX": ("-O3",)} and not shipped.unchecked
     assert [d.option for d in shipped.dropped] == ["CXX:no-math-errno=on"]
-    assert shipped.dropped[0].why.startswith("minimizing stopped before its removal was checked; CXX:O=3, "
-                                             "measured without it, serves as well: saxpy[")
+    assert shipped.dropped[0].why == ("minimizing stopped before its removal was checked; CXX:O=3, "
+                                      "without it, compiles to the same machine code")
     text = render([shipped], [], Provenance("2026-12-03", "test", "", (), "model"))
     assert "NOT CHECKED" not in text and "-O3" in text and "-fno-math-errno" not in text.split("#")[-1]
     store.close()

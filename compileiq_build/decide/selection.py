@@ -337,7 +337,8 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
     if unchecked and (smaller := _smallest_checked(store, target, arch_keys, current, noise)) is not None:
         gone = set(kept) - set(smaller.evaluation.config_key.split())
         why = (f"minimizing stopped before its removal was checked; {smaller.evaluation.config_key}, "
-               f"measured without it, serves as well: " + gains_text(smaller))
+               + ("without it, compiles to the same machine code" if _same_code(smaller, current)
+                  else "measured without it, serves as well: " + gains_text(smaller)))
         return smaller, [*dropped, *(Dropped(option, why) for option in sorted(gone))], ()
     return current, dropped, unchecked
 
@@ -345,15 +346,22 @@ def minimal(store: Store, target: str, arch_keys: dict[str, str], check: Outcome
 def _smallest_checked(store: Store, target: str, arch_keys: dict[str, str],
                       current: Outcome, noise: Mapping[str, float]) -> Outcome | None:
     """Of the configurations measured (search, validation, minimizing) whose options are some of
-    `current`'s: the one of fewest options that serves as well (`holds_without`) and whose every
-    option's removal was measured too, best first among equals; None if there is none."""
+    `current`'s: the one of fewest options that serves as well (its machine code is `current`'s,
+    or `holds_without`) and whose every option's removal was measured too, best first among
+    equals; None if there is none.  (The same code serves by identity, as a passenger does in
+    minimizing: two measurements of it differ by noise alone, which under load took a CPU test's
+    interval past the zone.)"""
     measured = [o for o in (*outcomes(store, target, arch_keys, "search"),
                             *remeasured(store, target, arch_keys)) if o.valid]
     keys = {o.evaluation.config_key for o in measured}
     options = set(current.evaluation.config_key.split())
     fits = [o for o in measured if (own := o.evaluation.config_key.split()) and set(own) < options
-            and holds_without(o, current, noise) and not _unchecked(own, keys)]
+            and (_same_code(o, current) or holds_without(o, current, noise)) and not _unchecked(own, keys)]
     return min(fits, key=lambda o: (len(o.evaluation.config_key.split()), o.ratio or 1.0), default=None)
+
+
+def _same_code(a: Outcome, b: Outcome) -> bool:
+    return bool(a.evaluation.digest) and a.evaluation.digest == b.evaluation.digest
 
 
 @dataclass(frozen=True)
