@@ -376,8 +376,8 @@ function(_compileiq_apply_tuned name tgt lang id key plain cuda_archs out_applie
         "for and merge the stores (python -m compileiq_build emit --merge STORE...)")
       set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_UNFLAGGED "${why}")
     elseif(DEFINED COMPILEIQ_TOOLCHAIN_UNITS AND NOT name IN_LIST COMPILEIQ_TOOLCHAIN_UNITS)
-      string(CONCAT why "${name} (${lang}) is not in the toolchain file: it was marked for "
-             "tuning, or renamed, since the file was written")
+      string(CONCAT why "${name} (${lang}) is not in the toolchain file: not tuned yet (tune "
+             "--targets left it out), or marked for tuning or renamed since the file was written")
       set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_UNFLAGGED "${why}")
     endif()
   endif()
@@ -400,8 +400,8 @@ function(_compileiq_toolchain_names units)
     list(JOIN unflagged ";\n  " text)
     message(WARNING
       "CompileIQ: these tuned targets keep the project's flags, as the toolchain file has none "
-      "for them here:\n  ${text}.\nFor a new or renamed target: python -m compileiq_build tune "
-      "<build folder>, then commit the toolchain file it writes.")
+      "for them here:\n  ${text}.\nFor a target not tuned yet, new or renamed: python -m "
+      "compileiq_build tune <build folder>, then commit the toolchain file it writes.")
   endif()
   set(gone "")
   foreach(name IN LISTS COMPILEIQ_TOOLCHAIN_UNITS)
