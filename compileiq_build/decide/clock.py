@@ -8,9 +8,8 @@ time left (what one leaves goes to the next); its search stops early enough to k
 validating and minimizing take, estimated from the baseline's measured times and CHECKs
 (`plan`) and, once candidates were built, from their builds (`built`: a candidate rebuilds the
 target's objects, or a group's, against the baseline's full build: 26 s against 155 s live on
-ggml), at most
-a quarter of the share (or one validation, where a quarter cannot hold it): the search is not
-starved.  Until a candidate was measured faster than the baseline there is nothing to validate
+ggml), at most a quarter of the share (or one validation, where a quarter cannot hold it): the
+search is not starved.  Until a candidate was measured faster than the baseline there is nothing to validate
 or minimize but what the next evaluation may find: the search keeps one validation only, and the
 whole reserve from the first winner on (`winner`; live, searches that found nothing left 47-48 s
 of a 180 s limit unspent, with their budget left).  After the search, validation and minimizing

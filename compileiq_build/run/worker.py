@@ -5,7 +5,8 @@ A worker owns build trees (a baseline and one per candidate it compiles ahead, i
 GPU for every benchmark process, so each candidate is paired with baseline runs on the
 same GPU.  Local workers are used from threads of the driver; Ray workers
 (`ray_workers.py`) are actors on the cluster's GPU nodes with the same methods.  Every
-method takes and returns plain, picklable values.
+method takes and returns plain, picklable values, but for `build`'s `progress` callback, which
+a Ray worker does not send to its actor.
 """
 
 from __future__ import annotations
