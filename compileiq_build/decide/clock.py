@@ -10,8 +10,9 @@ validating and minimizing take, estimated from the baseline's measured times and
 target's objects, or a group's, against the baseline's full build: 26 s against 155 s live on
 ggml), at most a quarter of the share (or one validation, where a quarter cannot hold it): the
 search is not starved.  Until a candidate was measured faster than the baseline there is nothing to validate
-or minimize but what the next evaluation may find: the search keeps one validation only, and the
-whole reserve from the first winner on (`winner`; live, searches that found nothing left 47-48 s
+or minimize but what the next evaluation may find: the search keeps one validation only, and
+from the first winner on what validating the faster candidates (FINALISTS at most) and
+minimizing one of their options take (`winner`; live, searches that found nothing left 47-48 s
 of a 180 s limit unspent, with their budget left).  After the search, validation and minimizing
 run to the share's end, and a measurement the end reaches stops after the benchmark run in
 progress.
@@ -65,13 +66,17 @@ class Clock:
         self.won = False  # a candidate of this target was faster
         self.times: StepTimes | None = None  # of the current target (`plan`)
         self.compiles = 0  # builds of minimizing planned
+        self.finalists = FINALISTS  # validations planned: fewer once fewer candidates were faster
+        self.options: int | None = None  # options of the faster candidates, at most (`winner`)
         self.builds: list[float] = []  # seconds of the current target's candidate builds
+        self.planned_on: StepTimes | None = None  # `times` as the reserve was last planned on them
         self.interrupted = False  # Ctrl-C
 
     def share(self, targets_left: int) -> None:
         """The next target's share: an equal part of the time left; no reserve yet."""
         self.targets_left, self.reserve, self.planned, self.won = targets_left, 0.0, 0.0, False
-        self.times, self.builds = None, []
+        self.times, self.builds, self.planned_on, self.finalists = None, [], None, FINALISTS
+        self.options = None
         if self.deadline is not None:
             now = self.now()
             self.share_s = max(0.0, self.deadline - now) / targets_left
@@ -109,7 +114,9 @@ class Clock:
 
     def _reserve(self, times: StepTimes) -> bool:
         """Plan the reserve on `times`; whether a quarter of the share capped it."""
-        need = FINALISTS * times.validation + self.compiles * times.build_s
+        self.planned_on = times
+        compiles = self.compiles if self.options is None else min(self.compiles, self.options)
+        need = self.finalists * times.validation + compiles * times.build_s
         cap = max(RESERVE_SHARE * (self.share_s or 0.0), times.validation)
         self.planned = min(need, cap)
         self.keep(self.planned if self.won else min(times.validation, self.planned))
@@ -123,11 +130,16 @@ class Clock:
         if self.times is not None and self.reserve > 0:
             self._reserve(replace(self.times, build_s=statistics.median(self.builds)))
 
-    def winner(self) -> None:
-        """A candidate was measured faster than the baseline: the search keeps the whole reserve."""
+    def winner(self, faster: int = FINALISTS, options: int | None = None) -> None:
+        """`faster` candidates were measured faster than the baseline, of at most `options`
+        options: the search keeps what validating them (FINALISTS at most) and minimizing the
+        winner take.  (Live on ggml's attention, two candidates of one and two options were
+        faster, and the search kept 291 s, planned on three validations and six minimizing
+        builds; the two validations took 185 s and nothing was left to minimize.)"""
         self.won = True
-        if self.planned > self.reserve:
-            self.keep(self.planned)
+        self.finalists, self.options = max(1, min(faster, FINALISTS)), options
+        if self.planned_on is not None and self.reserve > 0:  # during the search, under a limit
+            self._reserve(self.planned_on)
 
     def keep(self, seconds: float) -> None:
         """The search stops `seconds` before the share's end (0: validation and minimizing run to it)."""

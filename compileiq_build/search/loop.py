@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
-from compileiq_build.build.space import Config, FlagSpace, config_key
+from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key
 from compileiq_build.decide.clock import Clock
 from compileiq_build.evaluate.evaluator import Built, Evaluator
 from compileiq_build.results.progress import Reporter
@@ -96,8 +96,10 @@ class Proposals:
         with self._cond:
             while not self.finished:
                 context = self.context()
-                if any(t.faster for _, t in context.measured):
-                    self.clock.winner()  # something to validate: the whole reserve is kept
+                if faster := [t for _, t in context.measured if t.faster]:
+                    # Something to validate: the reserve for validating these and minimizing.
+                    self.clock.winner(len(faster), max(sum(v != DEFAULT for v in t.config.values())
+                                                       for t in faster))
                 if why := self.clock.why_stop():
                     self._finish(why)
                     break
