@@ -24,26 +24,23 @@ ccache hashes.  The A/B's tuned build is seeded the same way (`BuildTree.seed_fr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import datetime
 import json
 import os
 import random
 import re
 import shlex
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sitting import GPU_QUERY, run_logged, stamp, start_background, utc_now, wait_background
 from compileiq_build.build.trees import BuildTree
 from compileiq_build.decide.stats import ratio_estimate
 from compileiq_build.errors import CompileIQError
@@ -60,8 +57,6 @@ CASE = re.compile(r"^  (?P<name>[A-Z_]+\(.*\)):\s+\d+ runs -\s+(?P<us>[0-9.]+) u
 # How `tune` says a group's search ended other than by the time limit (search/loop.py).
 SEARCH_ENDED = re.compile(r"^\s*ggml-cuda:(?P<group>[\w.+-]+): (budget of \d+ evaluations reached|"
                           r"\d+ candidates compiled|strategy \S+ stops: .*)$", re.M)
-GPU_QUERY = ("timestamp,name,driver_version,clocks.current.sm,clocks.current.memory,clocks.max.sm,"
-             "temperature.gpu,power.draw,clocks_event_reasons.active,compute_mode,persistence_mode")
 STATE, STORE = "ggml_llm_state.json", "ggml_llm_results.sqlite"
 TOOLCHAIN = "ggml-llm-compileiq-toolchain.cmake"
 AB_CSV, AB_JSON, DIFF = "ggml_llm_ab.csv", "ggml_llm_ab.json", "ggml_llm_compile_commands_diff.txt"
@@ -89,7 +84,7 @@ class Campaign:
 
     # --- output --------------------------------------------------------------------------
     def say(self, text: str) -> None:
-        line = f"[{datetime.datetime.now().strftime('%H:%M:%S')}] {text}"
+        line = stamp(text)
         print(line, flush=True)
         with self.log.open("a") as f:
             f.write(line + "\n")
@@ -110,33 +105,10 @@ class Campaign:
         """Run a command, its output streamed to the terminal and the sitting's log; returns
         its exit code (-1: stopped at the timeout, with its children) and its output."""
         self.say("$ " + " ".join(cmd))
-        if not shutil.which(cmd[0]):
-            raise CompileIQError(f"{cmd[0]} is not on PATH: this step needs it (on the GPU machine: "
-                                 "CUDA's bin folder, cmake, ninja, nvidia-smi)")
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=self.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
-        fired = threading.Event()
-
-        def stop() -> None:
-            fired.set()
-            stop_group(proc.pid)
-
-        watchdog = threading.Timer(timeout, stop)
-        watchdog.daemon = True
-        watchdog.start()
-        lines: list[str] = []
-        assert proc.stdout is not None
-        with self.log.open("a") as log:
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                log.write(line)
-                lines.append(line)
-        rc = proc.wait()
-        watchdog.cancel()
-        if fired.is_set():
-            self.say(f"stopped after {timeout:.0f} s")
-            rc = -1
-        return rc, "".join(lines)
+        rc, text = run_logged(cmd, timeout, self.log, self.env(), cwd)
+        if rc == -1:
+            print(stamp(f"stopped after {timeout:.0f} s"), flush=True)
+        return rc, text
 
     def tool(self, *args: str, timeout: float) -> tuple[int, str]:
         return self.run([sys.executable, "-m", "compileiq_build", *args], timeout)
@@ -358,18 +330,6 @@ class Campaign:
         self.snapshot(self.out)
 
 
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def stop_group(pid: int) -> None:
-    """SIGTERM to a command's process group (ninja stops its compilers), SIGKILL if it stays."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        time.sleep(10)
-
-
 def compile_commands_diff(base: Path, tuned: Path) -> str:
     """The compile commands of `tuned` that differ from `base`'s, and the words that differ."""
     def commands(folder: Path) -> dict[str, list[str]]:
@@ -415,41 +375,16 @@ def write_ab(out: Path, rows: list[dict[str, Any]], checks: dict[str, Any], abou
 
 def start(args: argparse.Namespace) -> None:
     """The sitting in a session of its own (setsid): it outlives the command that started it."""
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
     cmd[cmd.index("start")] = "sitting"
-    with (out / "job.out").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    (out / "job.pid").write_text(f"{proc.pid}\n")
-    print(f"sitting started (pid {proc.pid}); follow it with: campaign.py wait --to $OUT")
+    pid = start_background(cmd, Path(args.out).resolve())
+    print(f"sitting started (pid {pid}); follow it with: campaign.py wait --to $OUT")
 
 
 def wait(args: argparse.Namespace, campaign: Campaign) -> None:
     """Wait for the background sitting up to --timeout, then copy its snapshot to --to."""
-    pid_file = campaign.out / "job.pid"
-    if not pid_file.is_file():
-        raise CompileIQError(f"no sitting was started here ({pid_file} is missing): run campaign.py start")
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(5)
-    running = alive(pid)
-    tail = (campaign.out / "job.out").read_text(errors="replace").splitlines()[-40:]
-    print("\n".join(tail))
-    print(f"sitting {'still running' if running else 'ended'}")
+    wait_background(campaign.out, args.timeout, "sitting")
     campaign.snapshot(Path(args.to))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A finished child of nobody stays a zombie until reaped: count it as ended.
-    status = Path(f"/proc/{pid}/stat")
-    return not (status.is_file() and status.read_text().split(")")[-1].split()[0] == "Z")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
