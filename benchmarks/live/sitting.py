@@ -9,8 +9,8 @@ benchmarks/results/live/README.md gives each kernel's lines), `sitting`:
 2. with `--prior-without GLOB...`, learns a prior from the corpus tables less the kernel's
    project (`learn --corpus`), so that the run's prior has never seen it;
 3. per run (`default`, `random`), configures a build folder of its own and runs `tune` on it
-   (`--budget`, `--time-limit`; a run that ended is not repeated, one cut short resumes from its
-   store);
+   (`--budget`, `--time-limit`; a run that ended is not repeated, and one cut short resumes from
+   its store while --work is still there: a machine given back takes both with it);
 4. builds the baseline and each run's toolchain file (and any `--variant NAME=FILE`, such as
    the best configuration known) and times them in interleaved rounds of the program itself
    (`benchmarks.harness_ab`);
