@@ -8,19 +8,18 @@ Used by the LLM campaign (`benchmarks/llm/campaign.py`) and the live panel
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import shutil
-import signal
+import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from compileiq_build.errors import CompileIQError
+from compileiq_build.machine import process
 
 GPU_QUERY = ("timestamp,name,driver_version,clocks.current.sm,clocks.current.memory,clocks.max.sm,"
              "temperature.gpu,power.draw,clocks_event_reasons.active,compute_mode,persistence_mode")
@@ -36,46 +35,27 @@ def stamp(text: str) -> str:
 
 def run_logged(cmd: Sequence[str], timeout: float, log: Path, env: Mapping[str, str] | None = None,
                cwd: Path | None = None, echo: bool = True) -> tuple[int, str]:
-    """Run a command, its output appended to `log` (and the terminal, with `echo`) as it comes;
-    returns its exit code (-1: stopped at the timeout, with its children) and its output."""
+    """Run a command, its output and errors appended to `log` (and the terminal, with `echo`)
+    as they come; returns its exit code (-1: stopped at the timeout, with its children) and its
+    output."""
     if not shutil.which(cmd[0]):
         raise CompileIQError(f"{cmd[0]} is not on PATH: this step needs it (on the GPU machine: "
                              "CUDA's bin folder, cmake, ninja, nvidia-smi)")
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
-    fired = threading.Event()
-
-    def stop() -> None:
-        fired.set()
-        stop_group(proc.pid)
-
-    watchdog = threading.Timer(timeout, stop)
-    watchdog.daemon = True
-    watchdog.start()
     lines: list[str] = []
-    assert proc.stdout is not None
     with log.open("a") as f:
-        for line in proc.stdout:
+        def line(text: str) -> None:
+            lines.append(text)
+            f.write(text)
             if echo:
-                sys.stdout.write(line)
-            f.write(line)
-            lines.append(line)
-    rc = proc.wait()
-    watchdog.cancel()
-    if fired.is_set():
-        with log.open("a") as f:
+                sys.stdout.write(text)
+
+        try:
+            rc = process.run(cmd, timeout, cwd, dict(env) if env is not None else None, on_line=line,
+                             merge_stderr=True).returncode
+        except subprocess.TimeoutExpired:
             f.write(stamp(f"stopped after {timeout:.0f} s") + "\n")
-        rc = -1
+            rc = -1
     return rc, "".join(lines)
-
-
-def stop_group(pid: int) -> None:
-    """SIGTERM to a command's process group (ninja stops its compilers), SIGKILL if it stays."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        time.sleep(10)
 
 
 def start_background(cmd: Sequence[str], out: Path) -> int:
@@ -113,3 +93,12 @@ def alive(pid: int) -> bool:
     # A finished child of nobody stays a zombie until reaped: count it as ended.
     status = Path(f"/proc/{pid}/stat")
     return not (status.is_file() and status.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def copy_store(store: Path, to: Path) -> None:
+    """A consistent copy of a results store that `tune` may be writing (SQLite's backup)."""
+    src = sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)
+    dst = sqlite3.connect(to)
+    src.backup(dst)
+    dst.close()
+    src.close()

@@ -118,3 +118,8 @@ def test_a_streamed_run_gives_each_line_as_it_comes_and_is_killed_at_its_timeout
     assert lines == ["one\n", "three\n"]  # the error stream is not the output's
     done = process.run(["sh", "-c", "echo out; echo err >&2; exit 3"], 10.0, on_line=lines.append)
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    # Merged (a sitting's log): both streams, in the order written.
+    merged: list[str] = []
+    done = process.run(["sh", "-c", "echo out; echo err >&2; echo end"], 10.0, on_line=merged.append,
+                       merge_stderr=True)
+    assert merged == ["out\n", "err\n", "end\n"] and done.stdout == "out\nerr\nend\n" and done.stderr == ""

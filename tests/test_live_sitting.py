@@ -10,6 +10,7 @@ import tarfile
 import pytest
 
 from benchmarks.live.sitting import REPO, main, pack
+from benchmarks.sitting import run_logged
 
 
 def test_a_sitting_tunes_with_a_held_out_prior_times_the_harness_and_resumes(cxx_project, tmp_path, capsys):
@@ -58,3 +59,11 @@ def test_start_runs_the_sitting_in_the_background_and_wait_packs_what_it_wrote(t
     assert "sitting ended" in shown and "sitting done" in shown
     with tarfile.open(tmp_path / "to" / "out.tar.gz") as tar:
         assert "out/status.txt" in tar.getnames() and "out/job.pid" not in tar.getnames()
+
+
+def test_a_logged_command_past_its_timeout_is_stopped_and_its_output_kept(tmp_path, capsys):
+    log = tmp_path / "log"
+    rc, text = run_logged(["sh", "-c", "echo before; echo err >&2; sleep 30"], 1.0, log)
+    assert rc == -1 and text == "before\nerr\n"
+    assert log.read_text().startswith("before\nerr\n") and "stopped after 1 s" in log.read_text()
+    assert capsys.readouterr().out == "before\nerr\n"  # echoed as it came

@@ -29,13 +29,12 @@ import fnmatch
 import os
 import shlex
 import shutil
-import sqlite3
 import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.sitting import GPU_QUERY, run_logged, stamp, start_background, wait_background
+from benchmarks.sitting import GPU_QUERY, copy_store, run_logged, stamp, start_background, wait_background
 from compileiq_build.errors import CompileIQError
 from compileiq_build.machine.environment import find_tool
 from compileiq_build.project.workspace import Workspace
@@ -135,11 +134,7 @@ class Sitting:
         if rc != 0 or not toolchain.is_file():
             raise CompileIQError(f"tune of the {run} run failed (log: {self.out / f'tune_{run}.log'})")
         self.tool("report", str(build), timeout=300, log=self.out / f"report_{run}.txt")
-        src = sqlite3.connect(f"{Workspace(build).store.resolve().as_uri()}?mode=ro", uri=True)
-        dst = sqlite3.connect(self.out / f"store_{run}.sqlite")
-        src.backup(dst)  # a consistent copy, as the ggml campaign's snapshot
-        dst.close()
-        src.close()
+        copy_store(Workspace(build).store, self.out / f"store_{run}.sqlite")
         done.write_text(stamp("done") + "\n")
         return toolchain
 

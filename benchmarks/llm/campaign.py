@@ -31,7 +31,6 @@ import random
 import re
 import shlex
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sitting import GPU_QUERY, run_logged, stamp, start_background, utc_now, wait_background
+from benchmarks.sitting import (
+    GPU_QUERY,
+    copy_store,
+    run_logged,
+    stamp,
+    start_background,
+    utc_now,
+    wait_background,
+)
 from compileiq_build.build.trees import BuildTree
 from compileiq_build.decide.stats import ratio_estimate
 from compileiq_build.errors import CompileIQError
@@ -271,11 +278,7 @@ class Campaign:
         to.mkdir(parents=True, exist_ok=True)
         store = Workspace(self.build).store
         if store.is_file():
-            src = sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)
-            dst = sqlite3.connect(to / STORE)
-            src.backup(dst)
-            dst.close()
-            src.close()
+            copy_store(store, to / STORE)
         if to.resolve() != self.out:
             for f in self.out.iterdir():
                 if f.is_file() and f.name != STORE and not f.name.startswith("job."):

@@ -69,14 +69,12 @@ class Clock:
         self.finalists = FINALISTS  # validations planned: fewer once fewer candidates were faster
         self.options: int | None = None  # options of the faster candidates, at most (`winner`)
         self.builds: list[float] = []  # seconds of the current target's candidate builds
-        self.planned_on: StepTimes | None = None  # `times` as the reserve was last planned on them
         self.interrupted = False  # Ctrl-C
 
     def share(self, targets_left: int) -> None:
         """The next target's share: an equal part of the time left; no reserve yet."""
         self.targets_left, self.reserve, self.planned, self.won = targets_left, 0.0, 0.0, False
-        self.times, self.builds, self.planned_on, self.finalists = None, [], None, FINALISTS
-        self.options = None
+        self.times, self.builds, self.finalists, self.options = None, [], FINALISTS, None
         if self.deadline is not None:
             now = self.now()
             self.share_s = max(0.0, self.deadline - now) / targets_left
@@ -114,7 +112,6 @@ class Clock:
 
     def _reserve(self, times: StepTimes) -> bool:
         """Plan the reserve on `times`; whether a quarter of the share capped it."""
-        self.planned_on = times
         compiles = self.compiles if self.options is None else min(self.compiles, self.options)
         need = self.finalists * times.validation + compiles * times.build_s
         cap = max(RESERVE_SHARE * (self.share_s or 0.0), times.validation)
@@ -126,9 +123,7 @@ class Clock:
         """A candidate of the current target built in `seconds`: validating and minimizing rebuild
         such candidates, so the reserve is planned on their median build from now on."""
         self.builds.append(seconds)
-        # After the search (keep(0)), validation and minimizing build against the share's end.
-        if self.times is not None and self.reserve > 0:
-            self._reserve(replace(self.times, build_s=statistics.median(self.builds)))
+        self._replan()
 
     def winner(self, faster: int = FINALISTS, options: int | None = None) -> None:
         """`faster` candidates were measured faster than the baseline, of at most `options`
@@ -138,8 +133,15 @@ class Clock:
         builds; the two validations took 185 s and nothing was left to minimize.)"""
         self.won = True
         self.finalists, self.options = max(1, min(faster, FINALISTS)), options
-        if self.planned_on is not None and self.reserve > 0:  # during the search, under a limit
-            self._reserve(self.planned_on)
+        self._replan()
+
+    def _replan(self) -> None:
+        """The reserve planned again, on the candidates' median build once there is one; only
+        during the search under a limit (after it, keep(0): validation and minimizing build
+        against the share's end)."""
+        if self.times is not None and self.reserve > 0:
+            build = statistics.median(self.builds) if self.builds else self.times.build_s
+            self._reserve(replace(self.times, build_s=build))
 
     def keep(self, seconds: float) -> None:
         """The search stops `seconds` before the share's end (0: validation and minimizing run to it)."""

@@ -18,11 +18,13 @@ from pathlib import Path
 
 
 def run(cmd: Sequence[str], timeout: float, cwd: Path | None = None,
-        env: dict[str, str] | None = None,
-        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess[str]:
+        env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None,
+        merge_stderr: bool = False) -> subprocess.CompletedProcess[str]:
     """Like subprocess.run(capture_output=True, text=True); raises TimeoutExpired after killing.
-    `on_line` is given each line of the output as it comes (a long build's progress)."""
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    `on_line` is given each line of the output as it comes (a long build's progress);
+    `merge_stderr`: the error stream goes to the output, in order (a log)."""
+    stderr = subprocess.STDOUT if merge_stderr else subprocess.PIPE
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr,
                             text=True, errors="replace", start_new_session=True)
     try:
         if on_line is None:
@@ -32,14 +34,14 @@ def run(cmd: Sequence[str], timeout: float, cwd: Path | None = None,
     except BaseException:  # a timeout, or the driver itself interrupted or killed
         _kill_group(proc, drain=on_line is None)
         raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
 
 
 def _stream(proc: subprocess.Popen[str], timeout: float, on_line: Callable[[str], None]) -> tuple[str, str]:
     """The output and error of `proc`, read to their ends by threads of their own (a pipe left
     unread blocks the child), each output line handed to `on_line` as it comes."""
     stdout, stderr = proc.stdout, proc.stderr
-    assert stdout is not None and stderr is not None
+    assert stdout is not None
     out: list[str] = []
     err: list[str] = []
 
@@ -48,8 +50,9 @@ def _stream(proc: subprocess.Popen[str], timeout: float, on_line: Callable[[str]
             out.append(line)
             on_line(line)
 
-    readers = [threading.Thread(target=lines, daemon=True),
-               threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)]
+    readers = [threading.Thread(target=lines, daemon=True)]
+    if stderr is not None:  # else merged into the output
+        readers.append(threading.Thread(target=lambda: err.append(stderr.read()), daemon=True))
     for reader in readers:
         reader.start()
     proc.wait(timeout=timeout)
