@@ -17,12 +17,14 @@ def test_a_sitting_tunes_with_a_held_out_prior_times_the_harness_and_resumes(cxx
     out, work = tmp_path / "out", tmp_path / "work"
     common = ["--source", str(cxx_project), "--target", "bench_saxpy", "--exe-args", "200000 30",
               "--regex", r"time_ms: ([0-9.eE+-]+)", "--runs", "default", "--budget", "1",
+              "--targets", "saxpy",
               "--work", str(work), "--out", str(out)]
     # Most of the corpus left out: the learnt prior must not have seen them (and learns fast).
     main(["sitting", *common, "--rounds", "2", "--prior-without", "HeCBench__*", "PolyBench*", "Rodinia__*"])
     status = (out / "status.txt").read_text()
     assert "learning a prior from" in status and status.rstrip().endswith("sitting done")
     assert (out / "prior.txt").is_file() and f"--prior {out / 'prior.txt'}" in status
+    assert "--targets saxpy" in status  # only the named targets are tuned
     assert "set(COMPILEIQ_FLAGS_saxpy_CXX_" in (out / "tc_default.cmake").read_text()  # a winner over -O0
     assert (out / "store_default.sqlite").stat().st_size > 0
     assert "saxpy" in (out / "report_default.txt").read_text()

@@ -126,6 +126,7 @@ class Sitting:
         if not (build / "CMakeCache.txt").is_file():
             self.configure(build)
         cmd = ["tune", str(build), "--budget", str(self.args.budget), "--output", str(toolchain)]
+        cmd += ["--targets", *self.args.targets] if self.args.targets else []
         cmd += ["--time-limit", self.args.time_limit] if self.args.time_limit else []
         cmd += ["--strategy", "random"] if run == "random" else []
         cmd += ["--prior", str(prior)] if prior is not None else []
@@ -195,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         s.add_argument("--exe-args", default="", help="the harness's arguments of it, as one string")
         s.add_argument("--regex", required=True, help="the harness's figure (first group) in its output")
         s.add_argument("--higher-is-better", action="store_true", help="the figure is a rate")
+        s.add_argument("--targets", nargs="*", default=[],
+                       help="tune --targets (default: every target the project marks)")
         s.add_argument("--runs", nargs="*", choices=RUNS, default=list(RUNS), help="default: default random")
         s.add_argument("--budget", type=int, default=20)
         s.add_argument("--time-limit", default="", help="tune --time-limit of each run (default none)")
