@@ -117,8 +117,8 @@ def dense_configurations(dims: Sequence[Dimension], tables: Sequence[Path], pair
             out.setdefault(config_key({**a, **b}), {**a, **b})
         several = sorted((ratio[i], i) for i, c in enumerate(configs) if len(c) >= 2)[:best_rows]
         for _, i in several:
-            for key in configs[i]:
-                less = {k: v for k, v in configs[i].items() if k != key}
+            for dropped in configs[i]:
+                less = {k: v for k, v in configs[i].items() if k != dropped}
                 out.setdefault(config_key(less), less)
     full = {d.key: DEFAULT for d in dims}
     return [{**full, **c} for c in out.values()]

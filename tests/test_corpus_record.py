@@ -17,7 +17,7 @@ from benchmarks import corpus_record as cr
 from benchmarks.search_replay import load_table
 from compileiq_build.build import codeinfo
 from compileiq_build.build.codeinfo import read_code, resource_report
-from compileiq_build.build.space import DEFAULT
+from compileiq_build.build.space import DEFAULT, config_key
 from compileiq_build.machine.environment import find_tool
 
 # `light` needs few registers (a cap of 32 leaves its code alone); `hungry` keeps 64 values live,
@@ -259,3 +259,14 @@ def test_densify_adds_what_the_tables_leave_out_to_a_programs_configurations(tmp
     assert built[-3:] == [{"ptxas-O": "1", "maxrregcount": "32"}, {"maxrregcount": "32", "dlcm": "cg"},
                           {"ptxas-O": "1", "dlcm": "cg"}]
     assert any("3 configurations more from 1 tables" in line for line in said), said
+
+
+def test_densify_takes_every_table_of_a_program() -> None:
+    """A program of several kernels (lud: three tables) densifies each: what each table asks, all
+    of it (the second table once broke on a name the first one's loop had rebound)."""
+    tables = Path(__file__).parents[1] / "benchmarks" / "corpus" / "tables"
+    paths = [tables / f"Rodinia__lud__lud_{k}.csv" for k in ("diagonal", "perimeter")]
+    dims = cr.dimensions()
+    each = [{config_key(c) for c in cr.dense_configurations(dims, [p])} for p in paths]
+    both = {config_key(c) for c in cr.dense_configurations(dims, paths)}
+    assert both == each[0] | each[1] and not each[1] <= each[0]
