@@ -126,7 +126,7 @@ def _check_parser(verbs: _Verbs) -> None:
         _option_argument(c, options[name], help={
             "targets": "check only these targets or groups",
             "gpus": "measure on the first of these GPUs (default: the first GPU)",
-            "time_limit": "end the check within this long (90s, 30m, 2h); targets not reached are "
+            "time_limit": "end the check within this long (90s, 30m, 4m30s, 2h); targets not reached are "
                           "reported unchecked (exit 4)",
             "repeats": "paired runs per workload, at least, as tune's: check, as tune's validation, "
                        "measures twice this (default %(default)s)"}.get(name))

@@ -10,6 +10,7 @@ by group in the order of GROUPS.  Cheap to import (no numpy): the CLI imports it
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,17 +74,19 @@ def fraction(text: str) -> float:
 
 
 def duration(text: str) -> float:
-    """Seconds, or a number with s/m/h: 90, 90s, 30m, 2h."""
-    scale = {"s": 1, "m": 60, "h": 3600}
-    unit = text[-1:].lower()
-    number = text[:-1] if unit in scale else text
-    try:
-        value = float(number) * scale.get(unit, 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m or 2h") from None
+    """Seconds, or numbers with h/m/s: 90, 90s, 30m, 2h, 4m30s, 1h15m."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m, 4m30s or 2h")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    value = 3600 * hours + 60 * minutes + seconds
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
+
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m)?(?:{_NUMBER}s?)?")
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -110,7 +113,7 @@ class TuneOptions:
         help="candidates compiled per target, at most (default 10 times the budget)"))
     time_limit: float | None = field(default=None, metadata=Option(
         flag="--time-limit", group="search", type=duration,
-        help="end the run within this long (90s, 30m, 2h), validating and minimizing included: "
+        help="end the run within this long (90s, 30m, 4m30s, 2h), validating and minimizing included: "
         "the search keeps the time they take, at most a quarter"))
     strategy: str = field(default="model", metadata=Option(
         flag="--strategy", group="search", choices=STRATEGIES,

@@ -89,3 +89,16 @@ def test_help_loads_no_heavy_module():
             "print(sorted({'numpy', 'pandas', 'lightgbm'} & set(sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200),
+                                                ("4m30s", 270), ("1h15m", 4500), ("1.5h", 5400)])
+def test_time_limit_takes_durations_as_people_write_them(text, seconds):
+    assert _parsed("tune", "build", "--time-limit", text).time_limit == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "4x", "30s5m", "-5", "0s"])
+def test_a_time_limit_that_is_no_duration_is_a_usage_error(text, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _parsed("tune", "build", "--time-limit", text)
+    assert exc.value.code == 2 and "--time-limit" in capsys.readouterr().err
