@@ -685,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.open_eval",
                                 description=(__doc__ or "").split("\n")[0])
     p.add_argument("--corpus", type=Path, default=CORPUS)
+    p.add_argument("--prior-corpus", type=Path,
+                   help="the tables the priors are fitted on, each without the project of the table "
+                        "searched (default: --corpus; the corpus where --corpus holds dense_h100's tables)")
     p.add_argument("--tables", type=int, help="this many tables, spread over the corpus (a quick run)")
     p.add_argument("--min-gain", type=float, default=0.0,
                    help="only the tables whose landscape optimum gains at least this (0.01: 1%%): a gain "
@@ -738,9 +741,10 @@ def main(argv: list[str] | None = None) -> int:
         todo = [q for q in paths if q.stem not in done]
         projects = {q: read_table(q).project for q in all_paths}
         wanted = sorted({projects[q] for q in todo}) if "model" in args.strategies else []
+        training = table_paths(args.prior_corpus) if args.prior_corpus else all_paths
         with ProcessPoolExecutor(args.jobs) as pool:
             # Fitted in workers: LightGBM's OpenMP threads here would hang the workers forked after.
-            priors = dict(zip(wanted, pool.map(prior_for, wanted, [all_paths] * len(wanted),
+            priors = dict(zip(wanted, pool.map(prior_for, wanted, [training] * len(wanted),
                                                [args.cache] * len(wanted)), strict=True))
         jobs = [(q, pooled, priors.get(projects[q]), args.budgets, args.seeds, args.strategies,
                  args.compile_ahead) for q in todo]
