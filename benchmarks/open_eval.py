@@ -689,6 +689,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tables the priors are fitted on, each without the project of the table "
                         "searched (default: --corpus; the corpus where --corpus holds dense_h100's tables)")
     p.add_argument("--tables", type=int, help="this many tables, spread over the corpus (a quick run)")
+    p.add_argument("--only", nargs="+", metavar="STEM",
+                   help="these tables only (file stems); the landscapes still pool every table's residuals")
     p.add_argument("--min-gain", type=float, default=0.0,
                    help="only the tables whose landscape optimum gains at least this (0.01: 1%%): a gain "
                         "below the noise is none to find, and its fraction is a coin's")
@@ -712,6 +714,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     command = "python -m benchmarks.open_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     paths = table_paths(args.corpus, args.tables)
+    if args.only:
+        if unknown := set(args.only) - {q.stem for q in paths}:
+            p.error(f"--only names tables not in {args.corpus}: {', '.join(sorted(unknown))}")
+        paths = [q for q in paths if q.stem in args.only]
     all_paths = table_paths(args.corpus)
     pooled = pooled_residuals(all_paths)  # the landscapes' residual draws (0.3 s)
     if args.min_gain > 0:
