@@ -20,6 +20,13 @@
   The last fraction of a percent lies in small variants of the best code, which the model cannot
   resolve from a few measurements of other codes, and combining carries options along that the
   best does not need (the replays that showed both: benchmarks/results/search/README.md).
+- register: once for every new best that sets a value whose move alone changed the code's
+  register count, the best with a value of another dimension whose move did too (a register cap
+  with a register-usage-level), compiled ahead, the one whose code is nearest the best's.
+  ptxas allocates registers under both at once, so their effects do not add and the model, which
+  adds them, ranks such a pair by the partner's loss alone (live on the sample's gemm, H100: each
+  cap alone 3-30% slower, the best with register-usage-level 0-3 at 1.024-1.031x against 1.018x;
+  pool.py keeps such pairs in the pool).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from compileiq_build.search.strategies.model.features import (
     changed_options,
     standardized_features,
 )
+from compileiq_build.search.strategies.model.pool import register_moves
+from compileiq_build.search.strategies.model.spills import spilling_mask
 
 
 def helpful_moves(context: Context, noise: float | None = None) -> list[tuple[str, str]]:
@@ -75,6 +84,40 @@ def early_combination(context: Context, noise: float) -> Config | None:
     if best is None or not best.faster or best.ratio is None or best.ratio >= 1.0 - noise:
         return None
     return next(iter(combinations(context, incumbent, noise)), None)
+
+
+def register_partners(context: Context, incumbent: Config) -> list[Config]:
+    """The incumbent with one value of another dimension whose move alone changed the register
+    count, where one of the incumbent's own values did too; fresh ones only."""
+    registers = register_moves(context)
+    own = {k for k, v in incumbent.items() if (k, v) in registers}
+    if not own:
+        return []
+    configs = [{**incumbent, k: v} for k, v in sorted(registers) if k not in own and incumbent[k] != v]
+    configs = [c for c in configs if context.fresh(c)]
+    if context.closed:
+        available = {config_key(c) for c in context.choices()}
+        configs = [c for c in configs if config_key(c) in available]
+    return configs
+
+
+def register_choice(context: Context, incumbent: Config) -> Config | None:
+    """Once for a best (`register` proposals carry it as their parent): of its register partners
+    compiled already and not left out for spilling, the one whose code's features are nearest the
+    best's; None if none is compiled (compiling ahead names them) or one was proposed for it."""
+    key = config_key(incumbent)
+    if any(t.phase == "register" and t.parent == key for t in context.history):
+        return None
+    compiled = set(context.codes)
+    partners = [c for c in register_partners(context, incumbent) if config_key(c) in compiled]
+    if not partners:
+        return None
+    partners = [c for c, s in zip(partners, spilling_mask(context, partners), strict=True) if not s]
+    z = standardized_features(context, [incumbent, *partners])
+    if not partners or not z.shape[1]:
+        return None
+    distance = np.nansum((z[1:] - z[0]) ** 2, axis=1)
+    return partners[int(np.argmin(distance))]
 
 
 def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,

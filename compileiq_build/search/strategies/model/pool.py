@@ -8,17 +8,29 @@ passengers (values whose one-option move compiled to the baseline's code) is lef
 one that sets a value whose one-option move was measured clearly slower (RULED_OUT beyond the
 noise) or failed, while any other is left: what the measurements rule out is not measured again
 in company (in the open evaluation the local step measured a value alone 47% slower, with two
-helpful ones, at 1.47x).
+helpful ones, at 1.47x).  Except in company of another value whose move changed the code's
+register count, if its own did: ptxas allocates registers under both at once, and the loss
+alone says nothing of the pair (live on the sample's gemm, H100: a register cap alone 3-30%
+slower, with register-usage-level 0-3 the best known, 1.024-1.031x against 1.018x; in the H100
+tables of benchmarks/corpus/dense_h100, such a value added to a measured configuration never
+made it slower beyond the noise (1 faster, 24 alike), where any other did 31 times of 39).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 from compileiq_build.build.space import BASELINE, DEFAULT, Config, config_key
 from compileiq_build.search.strategies.base import Context
-from compileiq_build.search.strategies.model.features import best_config, changed_options, without_passengers
+from compileiq_build.search.strategies.model.features import (
+    best_config,
+    changed_options,
+    code_count,
+    config_features,
+    without_passengers,
+)
 
 POOL = 4000
 RULED_OUT = 0.02  # a one-option move this much slower (and 3x the noise) rules its value out
@@ -32,6 +44,27 @@ def ruled_out(context: Context, noise: float) -> set[tuple[str, str]]:
     return {(moved[0], config[moved[0]]) for config, trial in context.measured
             if len(moved := changed_options(config, default)) == 1
             and (trial.ratio is None or trial.ratio > limit)}
+
+
+def register_moves(context: Context) -> set[tuple[str, str]]:
+    """(dimension, value) of the compiled one-option moves whose code has a register count other
+    than the baseline's code."""
+    base = code_count(context.baseline_features, "registers")
+    if math.isnan(base):
+        return set()
+    default = context.space.default_config()
+    moves = [(d.key, v) for d in context.space.dimensions for v in d.values]
+    counts = [code_count(f, "registers")
+              for f in config_features(context, [{**default, k: v} for k, v in moves])]
+    return {kv for kv, n in zip(moves, counts, strict=True) if not math.isnan(n) and n != base}
+
+
+def excluded(config: Config, ruled: set[tuple[str, str]], registers: set[tuple[str, str]]) -> bool:
+    """Whether `config` sets a ruled-out value outside the company that excuses it: another
+    dimension's value that changed the register count, where its own move did too."""
+    values = set(config.items())
+    return not all(kv in registers and any(o in registers and o[0] != kv[0] for o in values)
+                   for kv in values & ruled)
 
 
 def candidate_pool(context: Context, rng: random.Random, noise: float) -> list[Config]:
@@ -76,6 +109,7 @@ def candidate_pool(context: Context, rng: random.Random, noise: float) -> list[C
                     changed_options(unique[label], space.default_config())):
                 unique[label] = c
     pool = list(unique.values())
-    excluded = ruled_out(context, noise)
-    kept = [c for c in pool if not any((k, v) in excluded for k, v in c.items())]
+    ruled = ruled_out(context, noise)
+    registers = register_moves(context) if ruled else set()
+    kept = [c for c in pool if not excluded(c, ruled, registers)]
     return kept or pool

@@ -29,7 +29,7 @@ from compileiq_build.search.strategies.model.features import changed_options
 # Standard deviations of the optimistic bound that the stop rule weighs (module docstring).
 STOP_KAPPA = 1.0
 FREE_STREAK = 10  # proposals in a row of measured code (module docstring): a budget evaluation's compiles
-MODEL_PHASES = ("combine", "local", "model")  # the phases after screening
+MODEL_PHASES = ("combine", "register", "local", "model")  # the phases after screening
 
 
 def resolved_noise(measured: Sequence[tuple[Config, Trial]], assumed: float) -> tuple[float, bool]:

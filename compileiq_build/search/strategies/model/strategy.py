@@ -2,7 +2,7 @@
 
 `propose` takes the phases in turn, each proposal naming its phase for the log: transfer
 (transfer.py), prior or screen (screen.py; combine interleaved as soon as two moves helped
-beyond the noise, local.py), then combine and local (local.py) and model: the
+beyond the noise, local.py), then combine, register and local (local.py) and model: the
 lowest confidence bound of the prediction (mean minus `kappa` standard deviations, fit.py) among
 the configurations the spill rule leaves (spills.py), until a stop rule holds (stop.py).  While
 the GPU measures, `scout` names what to compile ahead: the screening moves to come, then the
@@ -24,7 +24,13 @@ from compileiq_build.build.space import Config, config_key
 from compileiq_build.search.strategies.base import Candidate, Context, Proposal, Stop, Trial
 from compileiq_build.search.strategies.model.features import best_config, best_ratio, changed_options
 from compileiq_build.search.strategies.model.fit import predict, prior_informs
-from compileiq_build.search.strategies.model.local import combinations, early_combination, local_choice
+from compileiq_build.search.strategies.model.local import (
+    combinations,
+    early_combination,
+    local_choice,
+    register_choice,
+    register_partners,
+)
 from compileiq_build.search.strategies.model.pool import candidate_pool
 from compileiq_build.search.strategies.model.screen import (
     prior_guess,
@@ -93,6 +99,8 @@ class ModelGuided:
             combined, _ = predict(context, transfer, combos, self.prior, self.noise)
             if combined.min() < math.log(best):
                 return Proposal(combos[int(np.argmin(combined))], "combine", config_key(incumbent))
+        if best < 1.0 and (partner := register_choice(context, incumbent)) is not None:
+            return Proposal(partner, "register", config_key(incumbent))
         mean, std = predict(context, transfer, pool, self.prior, self.noise)
         spilling = spilling_mask(context, pool)
         bound = self._bound(pool, incumbent, mean, std, spilling)
@@ -147,13 +155,16 @@ class ModelGuided:
                      and (available is None or config_key(m) in available)]
             if moves:
                 return moves[:count]
-        combos = [c for c in combinations(context, best_config(context)) if config_key(c) not in known]
+        incumbent = best_config(context)
+        combos = [c for c in combinations(context, incumbent) if config_key(c) not in known]
+        if best_ratio(context) < 1.0:  # the best's register partners, for `register_choice`
+            combos += [c for c in register_partners(context, incumbent) if config_key(c) not in known]
         rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
         pool = [c for c in candidate_pool(context, rng, noise) if config_key(c) not in known]
         if not pool:
             return combos[:count]
         mean, std = predict(context, [], pool, self.prior, self.noise)
         # Those left out for spilling (predicted, as none is compiled) come last, as in `propose`.
-        bound = self._bound(pool, best_config(context), mean, std, spilling_mask(context, pool))
+        bound = self._bound(pool, incumbent, mean, std, spilling_mask(context, pool))
         ranked = [pool[i] for i in np.argsort(bound, kind="stable")]
         return [*combos, *(c for c in ranked if c not in combos)][:count]
