@@ -64,8 +64,13 @@ def helpful_moves(context: Context, noise: float | None = None) -> list[tuple[st
 def combinations(context: Context, incumbent: Config, noise: float | None = None) -> list[Config]:
     """The incumbent with one more move that helped (`helpful_moves`), each fresh (untried, of
     code not measured); in a closed context, those it holds."""
-    configs = [{**incumbent, dim: value} for dim, value in helpful_moves(context, noise)
-               if incumbent[dim] != value]
+    return _with_each(context, incumbent, helpful_moves(context, noise))
+
+
+def _with_each(context: Context, incumbent: Config, moves: Sequence[tuple[str, str]]) -> list[Config]:
+    """The incumbent with each (dimension, value) of `moves` it does not set, fresh ones (untried,
+    of code not measured); in a closed context, those it holds."""
+    configs = [{**incumbent, dim: value} for dim, value in moves if incumbent[dim] != value]
     configs = [c for c in configs if context.fresh(c)]
     if context.closed:
         available = {config_key(c) for c in context.choices()}
@@ -93,12 +98,7 @@ def register_partners(context: Context, incumbent: Config) -> list[Config]:
     own = {k for k, v in incumbent.items() if (k, v) in registers}
     if not own:
         return []
-    configs = [{**incumbent, k: v} for k, v in sorted(registers) if k not in own and incumbent[k] != v]
-    configs = [c for c in configs if context.fresh(c)]
-    if context.closed:
-        available = {config_key(c) for c in context.choices()}
-        configs = [c for c in configs if config_key(c) in available]
-    return configs
+    return _with_each(context, incumbent, [(k, v) for k, v in sorted(registers) if k not in own])
 
 
 def register_choice(context: Context, incumbent: Config) -> Config | None:
