@@ -76,17 +76,17 @@ def fraction(text: str) -> float:
 def duration(text: str) -> float:
     """Seconds, or numbers with h/m/s: 90, 90s, 30m, 2h, 4m30s, 1h15m."""
     match = _DURATION.fullmatch(text.strip().lower())
-    if not match or not any(match.groups()):
+    if not match or not any(match.groups()[1:]):
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m, 4m30s or 2h")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    value = 3600 * hours + 60 * minutes + seconds
+    sign, hours, minutes, seconds = match.groups()
+    value = (3600 * float(hours or 0) + 60 * float(minutes or 0) + float(seconds or 0)) * (-1 if sign else 1)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
 
 
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
-_DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m)?(?:{_NUMBER}s?)?")
+_DURATION = re.compile(rf"(-)?(?:{_NUMBER}h)?(?:{_NUMBER}m)?(?:{_NUMBER}s?)?")
 
 
 def gpu_list(text: str) -> tuple[int, ...]:

@@ -97,8 +97,8 @@ def test_time_limit_takes_durations_as_people_write_them(text, seconds):
     assert _parsed("tune", "build", "--time-limit", text).time_limit == seconds
 
 
-@pytest.mark.parametrize("text", ["", "m", "4x", "30s5m", "-5", "0s"])
-def test_a_time_limit_that_is_no_duration_is_a_usage_error(text, capsys):
+@pytest.mark.parametrize("text", ["", "m", "4x", "30s5m", "-5", "-5m", "0s"])
+def test_a_time_limit_that_is_no_positive_duration_is_a_usage_error(text, capsys):
     with pytest.raises(SystemExit) as exc:
         _parsed("tune", "build", "--time-limit", text)
     assert exc.value.code == 2 and "--time-limit" in capsys.readouterr().err

@@ -20,13 +20,7 @@
   The last fraction of a percent lies in small variants of the best code, which the model cannot
   resolve from a few measurements of other codes, and combining carries options along that the
   best does not need (the replays that showed both: benchmarks/results/search/README.md).
-- register: once for every new best that sets a value whose move alone changed the code's
-  register count, the best with a value of another dimension whose move did too (a register cap
-  with a register-usage-level), compiled ahead, the one whose code is nearest the best's.
-  ptxas allocates registers under both at once, so their effects do not add and the model, which
-  adds them, ranks such a pair by the partner's loss alone (live on the sample's gemm, H100: each
-  cap alone 3-30% slower, the best with register-usage-level 0-3 at 1.024-1.031x against 1.018x;
-  pool.py keeps such pairs in the pool).
+- register: the best with a partner that moves the register count too (`register_choice`).
 """
 
 from __future__ import annotations
@@ -104,7 +98,11 @@ def register_partners(context: Context, incumbent: Config) -> list[Config]:
 def register_choice(context: Context, incumbent: Config) -> Config | None:
     """Once for a best (`register` proposals carry it as their parent): of its register partners
     compiled already and not left out for spilling, the one whose code's features are nearest the
-    best's; None if none is compiled (compiling ahead names them) or one was proposed for it."""
+    best's; None if none is compiled (compiling ahead names them) or one was proposed for it.
+    ptxas allocates registers under a cap and a register-usage-level at once, so their effects do
+    not add, and the model, which adds them, ranks such a pair by the partner's loss alone (live
+    on the sample's gemm, H100: each cap alone 3-30% slower, with register-usage-level 0-3 the
+    best known, 1.024-1.031x against 1.018x; pool.py keeps such pairs in the pool)."""
     key = config_key(incumbent)
     if any(t.phase == "register" and t.parent == key for t in context.history):
         return None
