@@ -108,11 +108,9 @@ def register_choice(context: Context, incumbent: Config) -> Config | None:
         return None
     compiled = set(context.codes)
     partners = [c for c in register_partners(context, incumbent) if config_key(c) in compiled]
-    if not partners:
-        return None
-    partners = [c for c, s in zip(partners, spilling_mask(context, partners), strict=True) if not s]
-    z = standardized_features(context, [incumbent, *partners])
-    if not partners or not z.shape[1]:
+    if partners:
+        partners = [c for c, s in zip(partners, spilling_mask(context, partners), strict=True) if not s]
+    if not partners or not (z := standardized_features(context, [incumbent, *partners])).shape[1]:
         return None
     distance = np.nansum((z[1:] - z[0]) ** 2, axis=1)
     return partners[int(np.argmin(distance))]
