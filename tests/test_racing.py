@@ -262,3 +262,20 @@ def test_the_race_names_the_best_so_far_by_the_number_the_log_gave_it(tmp_path):
     store.set_code(ids["base"], "code-base", {}, SAME_AS_BASELINE)
     race = race_for(TargetResults(store, "saxpy", arch), evaluation=-1, precision=0.005)
     assert race.incumbent_number == 2
+
+
+def test_before_the_noise_is_known_a_first_benchmark_alone_indifferent_leaves_it_to_the_next():
+    """Live, a gemm's first candidate took 20 pairs of its first benchmark: the second's 2-pair
+    probe, of unknown noise, kept the zone from judging.  Now the first stops once it alone is
+    indifferent, and the later benchmarks decide; one that gains there is still measured on."""
+    probe = {"w1": ([1.0, 1.001], [1.0, 1.0])}
+    first = Race(None, {}, incumbent=1.0, last=False, others=probe)
+    neutral = {"w0": ([1.0, 1.004, 0.996, 1.005, 0.995], [1.0] * 5)}  # its interval: not 0.5% narrow
+    assert not indifferent(neutral, 5, first)  # the candidate as a whole: not judged yet
+    assert sampling_done(neutral, 5, Sampling(), 0.0, first)
+    assert not sampling_done(neutral, 4, Sampling(), 0.0, first)  # min_pairs first
+    gaining = {"w0": ([0.97, 1.005, 0.96, 0.99, 0.975], [1.0] * 5)}  # 2.5% faster, not decided yet
+    assert not sampling_done(gaining, 5, Sampling(), 0.0, first)
+    # With the other benchmark's noise known, the zone judges both together, as before.
+    known = replace(first, noise={"w1": NOISE}, others={"w1": ([0.97, 0.97], [1.0, 1.0])})
+    assert not sampling_done(neutral, 5, Sampling(), 0.0, known)  # 3% faster there: measured on

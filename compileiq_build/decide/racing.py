@@ -10,7 +10,8 @@ the target's earlier search evaluations (`Race`, made by `race_for`):
   it reduces), and its remaining benchmarks are not run;
 - the indifference zone (`indifferent`): from `INDIFFERENT_PAIRS` pairs on, a candidate that
   cannot beat the best so far by a gain worth the noise: `precision`, the resolution the user
-  asked for, or more on a benchmark noisier than that.
+  asked for, or more on a benchmark noisier than that.  While another benchmark's pairs cannot
+  be judged yet (unknown noise, a probe), a benchmark stops once it alone is indifferent.
 
 Pure functions of the costs so far, apart from `race_for`, which reads the store.  What the
 rules cost and save, measured on recorded H200 pairs: benchmarks/results/measurement/README.md.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -189,6 +190,12 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
     if indifferent(costs, pairs, race) and (pairs >= sampling.min_pairs or not any(
             ratio_estimate(c, b).faster for c, b in costs.values())):
         return True  # one that looks faster still gets the pairs that a "faster" call needs
+    if (race is not None and pairs >= sampling.min_pairs and _unjudged(race)
+            and indifferent(costs, pairs, replace(race, others={}, last=True))):
+        # The later benchmarks decide: this one alone gains nothing worth the zone (live, a
+        # gemm's first candidate took 20 pairs of its first benchmark, the second's 2-pair probe
+        # being of unknown noise; its second benchmark then called it indifferent after 5).
+        return True
     if elapsed > sampling.time_cap:
         return True
     if pairs < sampling.min_pairs:
@@ -199,6 +206,12 @@ def sampling_done(costs: Costs, pairs: int, sampling: Sampling, elapsed: float,
             return False
     return True
 
+
+
+def _unjudged(race: Race) -> bool:
+    """Whether another benchmark's pairs stop `indifferent` from judging: a workload of unknown
+    noise with fewer than `OWN_NOISE_PAIRS` pairs (a target's first evaluations, a probe)."""
+    return any(w not in race.noise and len(cand) < OWN_NOISE_PAIRS for w, (cand, _) in race.others.items())
 
 
 def race_for(results: TargetResults, evaluation: int, precision: float, reference: float | None = None,
