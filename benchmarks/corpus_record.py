@@ -258,23 +258,28 @@ def device_args(nvcc_args: Sequence[str]) -> list[str]:
 
 def compile_all(kernel_source: Path, cwd: Path, nvcc_args: Sequence[str], dims: Sequence[Dimension],
                 configs: Sequence[Config], work: Path, arch: str, jobs: int,
-                nvcc: str | None = None, ptxas: str | None = None) -> list[Build]:
+                nvcc: str | None = None, ptxas: str | None = None,
+                made: dict[tuple[str, ...], tuple[Path, str]] | None = None) -> list[Build]:
     """Every configuration's cubin of `kernel_source`, read: one nvcc -ptx per combination of the
-    PTX-level options, then ptxas -v per configuration, in a pool of `jobs` threads."""
+    PTX-level options, then ptxas -v per configuration, in a pool of `jobs` threads.  `made`
+    keeps the PTX made (and nvcc's error, "" if none) per combination across calls."""
     nvcc = nvcc or find_nvcc()
     ptxas = ptxas or find_ptxas(nvcc)
     work.mkdir(parents=True, exist_ok=True)
     split = [split_flags(dims, c) for c in configs]
-    ptx_of = {cicc: work / f"p{i}.ptx" for i, cicc in enumerate(dict.fromkeys(s[0] for s in split))}
+    made = {} if made is None else made
+    ptx_of = {cicc: work / f"p{i}.ptx" for i, cicc in enumerate(dict.fromkeys(s[0] for s in split))
+              if cicc not in made}
     args = device_args(nvcc_args)
 
-    def make_ptx(cicc: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    def make_ptx(cicc: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[Path, str]]:
         rc, log = run_tool([nvcc, "-O3", f"-arch={arch}", "-ptx", *args, *cicc, str(kernel_source),
                             "-o", str(ptx_of[cicc])], cwd=cwd)
-        return cicc, "" if rc == 0 else f"nvcc -ptx {' '.join(cicc)}: {_tail(log)}"
+        return cicc, (ptx_of[cicc], "" if rc == 0 else f"nvcc -ptx {' '.join(cicc)}: {_tail(log)}")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        ptx_errors = dict(pool.map(make_ptx, ptx_of))
+        made.update(pool.map(make_ptx, ptx_of))
+        ptx_errors = {cicc: error for cicc, (_, error) in made.items()}
         builds = [Build(c, work / f"c{i}.cubin") for i, c in enumerate(configs)]
 
         def make_cubin(item: tuple[Build, tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
@@ -282,7 +287,7 @@ def compile_all(kernel_source: Path, cwd: Path, nvcc_args: Sequence[str], dims: 
             if ptx_errors[cicc]:
                 build.error = ptx_errors[cicc]
                 return
-            rc, log = run_tool([ptxas, f"-arch={arch}", "-m64", "-v", *opts, str(ptx_of[cicc]),
+            rc, log = run_tool([ptxas, f"-arch={arch}", "-m64", "-v", *opts, str(made[cicc][0]),
                                 "-o", str(build.cubin)], cwd=cwd)
             build.log = log
             if rc != 0:
@@ -424,6 +429,26 @@ def table_rows(dims: Sequence[Dimension], builds: Sequence[Build], kernel: str,
         row.update({f"feature:{n}": repr(feats[n]) if n in feats else "" for n in feature_names})
         rows.append(row)
     return rows
+
+
+ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
+
+
+def kernel_code(build: Build, kernel: str) -> tuple[str, dict[str, float]] | None:
+    """The code digest and features of `kernel` in a read build, None if it has none.  nvcc names
+    an anonymous namespace by the source's path, which differs from the recorder's: such a
+    kernel is found under its own name and its SASS digested with the namespace named as in
+    `kernel`."""
+    if kernel in build.kernels:
+        return build.kernels[kernel], build.features.get(kernel, {})
+    theirs = ANONYMOUS.search(kernel.encode())
+    if theirs is None:
+        return None
+    own = next((k for k in build.kernels if ANONYMOUS.sub(theirs[0], k.encode()) == kernel.encode()), None)
+    if own is None:
+        return None
+    sass = ANONYMOUS.sub(theirs[0], codeinfo.cuobjdump_sass(build.cubin) or b"")
+    return sass_digests(sass)[1].get(kernel, ""), build.features.get(own, {})
 
 
 def short_code(code: str) -> str:

@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import tempfile
 from pathlib import Path
 
 from benchmarks import corpus_record
 from benchmarks.search_replay import Table, load_table
-from compileiq_build.build import codeinfo
 from compileiq_build.build.space import DEFAULT
 from compileiq_build.decide.selection import outcomes, pairs
 from compileiq_build.project.workspace import Workspace
 from compileiq_build.store.database import read_store
-
-_ANONYMOUS = re.compile(rb"_GLOBAL__N__[0-9a-f]+_")
 
 
 def first_evaluations(build_dir: Path, target: str | None, within: int) -> tuple[str, list]:
@@ -74,18 +70,8 @@ def code_of(config: dict[str, str], meta: dict, manifest: Path) -> str:
                                             dims, [full], Path(tmp), meta.get("arch", "sm_90"), 1)
         if build.error:
             raise SystemExit(f"cannot compile {config}: {build.error}")
-        return build.kernels.get(meta["kernel"]) or _renamed_code(build.cubin, meta["kernel"])
-
-
-def _renamed_code(cubin: Path, kernel: str) -> str:
-    """The code digest of `kernel` where it is in an anonymous namespace: nvcc names those by
-    the source's path, which differs from the recorder's, so the SASS is digested (as the
-    recorder digests it) with the namespace named as in the table's kernel."""
-    theirs = _ANONYMOUS.search(kernel.encode())
-    if theirs is None:
-        return ""
-    sass = _ANONYMOUS.sub(theirs[0], codeinfo.cuobjdump_sass(cubin) or b"")
-    return corpus_record.sass_digests(sass)[1].get(kernel, "")
+        found = corpus_record.kernel_code(build, meta["kernel"])
+        return found[0] if found else ""
 
 
 def table_time(table: Table, meta: dict, config_key: str, manifest: Path | None) -> tuple[float, str]:

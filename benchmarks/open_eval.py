@@ -26,6 +26,14 @@ CUDA space (120,960 configurations) that answers any configuration from the tabl
 `judge` measures these rules on held-out recorded rows (each multi-option row left out in turn);
 `reach` says where each landscape's near-optimal configurations lie (`Landscape.reach`).
 
+With `--sources DIR` (a corpus_record manifest.json and the programs' sources, e.g. the ignored
+`.corpus_src/`), a table whose program is there is a `CompiledLandscape`: each configuration is
+compiled as the corpus was (corpus_record.compile_all: nvcc -ptx, ptxas -v), its kernel's code and
+features are the compiler's, and its time is the recorded row's of that code where one is, else
+the landscape's answer (one per code).  Options that interact in the compiler then show as they
+do live: on lud, `-O1 -dlcm=lu` compiles to the code of a recorded five-option row (40 registers,
+0.935x) where the rules above answer it from the two moves alone (32 registers, about 0.995x).
+
 `evaluate` runs, per table, our default strategy ('model', with a prior fitted leave-one-project-
 out as prior_validation does, cached), 'model-noprior', 'random' and the peers (TPE, SMAC3 where
 installed) at each budget and seed, in an open context through `tune`'s own loop
@@ -42,8 +50,10 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -52,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import corpus_record
 from benchmarks.peers import PEERS, PeerStrategy, PeerUnavailable
 from benchmarks.search_replay import Table, load_table
 from compileiq_build.build.space import DEFAULT, Config, FlagSpace, config_key, dimensions_for
@@ -247,6 +258,11 @@ class Landscape:
     def time(self, config: Mapping[str, str]) -> float:
         return self.base * math.exp(float(self.answer(indices(config)[None])[2][0]))
 
+    def spread(self, config: Mapping[str, str]) -> float | None:
+        """The measured relative half-width of the configuration's recorded code, None if new."""
+        row = self.answer(indices(config)[None])[0][0]
+        return self.table.spreads[int(self.row_ids[row])] if row >= 0 else None
+
     @cached_property
     def _everywhere(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.answer(whole_space())
@@ -282,6 +298,67 @@ class Landscape:
         return {"optimum_gain": best, "share": float(near.mean()),
                 "share_outside_multi_rows": float((near & ~in_multi).mean()),
                 "best_outside_multi_rows": float(gain[~in_multi].max()) / best if best > 0 else 1.0}
+
+
+class CompiledLandscape(Landscape):
+    """A landscape whose codes and features come from compiling the table's program (module
+    docstring, `--sources`): a configuration of a recorded row's code takes that row's time and
+    spread; one of a code not recorded, the landscape's answer for the first configuration of
+    that code measured."""
+
+    def __init__(self, table: Table, name: str, pooled: Mapping[int, np.ndarray] | None,
+                 program: corpus_record.Program, meta: Mapping, work: Path) -> None:
+        super().__init__(table, name, pooled)
+        self.program, self.kernel, self.arch, self.work = program, meta["kernel"], meta["arch"], work
+        self.recorded = {code: i for i, code in reversed(list(enumerate(table.codes)))}
+        self.spreads = {code: sp for code, sp in reversed(list(zip(table.codes, table.spreads, strict=True)))
+                        if sp is not None}  # a code's rows: the first that has one
+        self._compiled: dict[str, tuple[str, dict[str, float]] | None] = {}
+        self._ptx: dict[tuple[str, ...], tuple[Path, str]] = {}  # one nvcc -ptx per PTX-level options
+        self._times: dict[str, float] = {}
+
+    def _compile(self, config: Mapping[str, str]) -> tuple[str, dict[str, float]] | None:
+        # As `indices` reads it: option names or `CUDA:` keys.
+        full = {d.key: config.get(d.key, config.get(d.name, DEFAULT)) for d in SPACE.dimensions}
+        key = config_key(full)
+        if key not in self._compiled:
+            build = corpus_record.compile_all(
+                self.program.path(self.program.entry["kernel_source"]), self.program.dir,
+                self.program.nvcc_args, SPACE.dimensions, [full],
+                self.work / f"c{len(self._compiled)}", self.arch, 1, made=self._ptx)[0]
+            found = None if build.error else corpus_record.kernel_code(build, self.kernel)
+            self._compiled[key] = (corpus_record.short_code(found[0]), found[1]) if found else None
+        return self._compiled[key]
+
+    def compile(self, config: Mapping[str, str]) -> tuple[str, dict[str, float]]:
+        # A failed compile (none in the corpus's tables) is answered by the rules.
+        return self._compile(config) or super().compile(config)
+
+    def time(self, config: Mapping[str, str]) -> float:
+        compiled = self._compile(config)
+        if compiled is None:
+            return super().time(config)
+        if (row := self.recorded.get(compiled[0])) is not None:
+            return self.table.times[row]
+        return self._times.setdefault(compiled[0], super().time(config))
+
+    def spread(self, config: Mapping[str, str]) -> float | None:
+        compiled = self._compile(config)
+        return self.spreads.get(compiled[0]) if compiled else None
+
+    @property
+    def compiles(self) -> int:
+        return len(self._compiled)
+
+
+def sources_for(path: Path, sources: Path | None) -> tuple[corpus_record.Program, dict] | None:
+    """The table's program in the `--sources` manifest, and the table's JSON; None if not there."""
+    if sources is None:
+        return None
+    meta = json.loads(path.with_suffix(".json").read_text())
+    programs = {p.name: p for p in corpus_record.load_manifest(sources / "manifest.json")}
+    program = programs.get(f"{meta['project']}__{meta['program']}")
+    return (program, meta) if program is not None else None
 
 
 def residuals(land: Landscape, reduced: np.ndarray) -> dict[int, np.ndarray]:
@@ -329,9 +406,8 @@ def _search(land: Landscape, strategy: Strategy, budget: int, ahead: int) -> tup
 
     def measure(config: Config, code: str) -> Measured:
         times.append(t := land.time(config))
-        row = land.answer(indices(config)[None])[0][0]
-        spread = table.spreads[int(land.row_ids[row])] if row >= 0 else typical
-        return Measured(t / land.base, t < land.base, spread)
+        spread = land.spread(config)
+        return Measured(t / land.base, t < land.base, typical if spread is None else spread)
 
     proposals = drive(strategy, SPACE, budget, compile_, measure, baseline_code=land.base_code,
                       baseline_features=table.features[table.baseline], compile_ahead=ahead)
@@ -408,15 +484,18 @@ def _phases(history: Sequence[Trial]) -> list[list]:
             for t in history if t.ratio is not None]
 
 
-Job = tuple[Path, dict[int, np.ndarray], Path | None, list[int], int, list[str], int]
+Job = tuple[Path, dict[int, np.ndarray], Path | None, list[int], int, list[str], int, Path | None]
 
 
 def evaluate_table(job: Job) -> dict:
     """One table: every strategy at every budget and seed (peers and random once at the largest
     budget, read at each from the prefix of their run, as prior_validation does)."""
-    path, pooled, prior_path, budgets, seeds, strategies, ahead = job
+    path, pooled, prior_path, budgets, seeds, strategies, ahead, sources = job
     started = time.process_time()
-    land = Landscape(load_table(path), path.stem, pooled)
+    found = sources_for(path, sources)
+    land = (CompiledLandscape(load_table(path), path.stem, pooled, *found,
+                              Path(tempfile.mkdtemp(prefix=f"open-eval-{path.stem}-")))
+            if found else Landscape(load_table(path), path.stem, pooled))
     optimum, plain = land.optimum()
     base = land.base
     best_row = min(land.table.times)
@@ -455,6 +534,9 @@ def evaluate_table(job: Job) -> dict:
             continue
         out["at"][name] = runs
     out["borrowed_features"] = land.borrowed
+    if isinstance(land, CompiledLandscape):
+        out["compiled"] = land.compiles
+        shutil.rmtree(land.work, ignore_errors=True)
     out["cpu_s"] = round(time.process_time() - started, 1)
     return out
 
@@ -699,6 +781,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", nargs="+", default=["model", "random", "optuna-tpe", "smac"],
                    choices=[*OURS, *PEERS])
     p.add_argument("--compile-ahead", type=int, default=5)
+    p.add_argument("--sources", type=Path,
+                   help="a corpus_record manifest's folder (manifest.json and the programs' sources): "
+                        "the tables of its programs are compiled, not answered by the rules")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT, help="where NAME.json and NAME.txt go")
     p.add_argument("--name", default="open_eval")
@@ -753,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
             priors = dict(zip(wanted, pool.map(prior_for, wanted, [training] * len(wanted),
                                                [args.cache] * len(wanted)), strict=True))
         jobs = [(q, pooled, priors.get(projects[q]), args.budgets, args.seeds, args.strategies,
-                 args.compile_ahead) for q in todo]
+                 args.compile_ahead, args.sources) for q in todo]
         with ProcessPoolExecutor(args.jobs) as pool:
             for r in pool.map(evaluate_table, jobs):
                 results.append(r)
@@ -768,7 +853,8 @@ def main(argv: list[str] | None = None) -> int:
         plain = [r["optimum_gain_without_residuals"] for r in results]
         recorded = [r["table_optimum_gain"] for r in results]
         lines = [f"$ {command}", f"commit {_commit()}, {len(paths)} tables, {args.seeds} seeds, "
-                 f"budgets {args.budgets}, compile-ahead {args.compile_ahead}",
+                 f"budgets {args.budgets}, compile-ahead {args.compile_ahead}"
+                 + (f", compiled from {args.sources} where its programs are" if args.sources else ""),
                  f"optimum gain, median over tables: landscape {100 * statistics.median(gains):.2f}%, "
                  f"without the residual draws {100 * statistics.median(plain):.2f}%, best recorded row "
                  f"{100 * statistics.median(recorded):.2f}%",

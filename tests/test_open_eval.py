@@ -6,6 +6,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 
 from benchmarks import open_eval
 from benchmarks.search_replay import load_table
@@ -148,3 +149,41 @@ def test_reach_names_an_optimum_that_only_a_recorded_row_of_several_options_hold
     # A table whose one-option moves hold its optimum reaches it outside such rows.
     other = open_eval.CORPUS / "HeCBench__nbody__update_particles.csv"
     assert open_eval.Landscape(load_table(other), other.stem).reach(0.9)["share_outside_multi_rows"] > 0
+
+
+def test_a_compiled_landscape_answers_a_code_as_compiling_gives_it(tmp_path):
+    """--sources: the sample gemm's table compiled from sample_project (real nvcc and ptxas): a
+    row's configuration compiles to the row's code and takes its time and spread; a
+    configuration the table lacks is compiled too, not answered from its moves."""
+    import json
+
+    from benchmarks import corpus_record
+    from compileiq_build.machine.environment import find_tool
+
+    if not find_tool("nvcc") or not find_tool("cuobjdump"):
+        pytest.skip("nvcc or cuobjdump is not installed")
+    table_path = open_eval.CORPUS / "sample__gemm__sgemm_reg8x8.csv"
+    meta = json.loads(table_path.with_suffix(".json").read_text())
+    root = open_eval.CORPUS.parents[2]
+    (tmp_path / "manifest.json").write_text(json.dumps([{
+        "project": "sample", "program": "gemm", "dir": str(root / "sample_project"),
+        "kernel_source": meta["kernel_source"], "nvcc_args": meta["nvcc_args"],
+        "sources": meta["kernel_source"], "run": "unused"}]))
+    found = open_eval.sources_for(table_path, tmp_path)
+    assert found is not None and open_eval.sources_for(table_path, None) is None
+    table = load_table(table_path)
+    land = open_eval.CompiledLandscape(table, table_path.stem, None, *found, tmp_path / "work")
+    best = min(range(len(table.rows)), key=lambda i: table.times[i])
+    code, features = land.compile(table.rows[best])
+    assert code == table.codes[best] and features["all:registers"] == table.features[best]["all:registers"]
+    assert land.time(table.rows[best]) == table.times[best]
+    assert land.spread(table.rows[best]) == table.spreads[best]
+    # Not in the table: a register cap of 32 with the best's other options (it spills here).
+    capped = {**table.rows[best], "maxrregcount": "32"}
+    assert not any(row == capped for row in table.rows)
+    code, features = land.compile(capped)
+    assert code not in table.codes and features["all:spill_bytes"] > 0
+    keyed = {f"CUDA:{name}": value for name, value in capped.items()}  # as the search names them
+    assert land.time(capped) == land.time(keyed) and land.compiles == 2
+    # One nvcc -ptx for both: they differ in ptxas options only.
+    assert len(land._ptx) == 1 and corpus_record.short_code("ab" * 20) == "ab" * 8
