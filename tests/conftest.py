@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import pytest
 from filelock import FileLock
 
 from compileiq_build import cmake_dir
+from compileiq_build.build.space import Prober, dimensions_for
 from compileiq_build.build.trees import BuildTree
 from compileiq_build.decide.racing import Sampling
+from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.machine import environment
-from compileiq_build.project.manifest import load_project
+from compileiq_build.project.manifest import load_manifest, load_project
+from compileiq_build.project.workspace import Workspace
 from compileiq_build.results.progress import Reporter
 from compileiq_build.run.worker import LocalWorker
 from compileiq_build.store.database import MEASURED, Store, open_store
@@ -71,9 +75,12 @@ def nvcc() -> str:
 
 
 class Configure:
-    def __init__(self, cmake: str, ninja: str) -> None:
+    def __init__(self, cmake: str, ninja: str, probes: Path | None = None) -> None:
         self.cmake = cmake
         self.ninja = ninja
+        self.probes = probes  # this worker's verdicts of the C++ compiler on every C++ flag
+        self._probed: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
 
     def __call__(self, source: Path, build: Path, *defines: str,
                  check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -83,7 +90,33 @@ class Configure:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if check:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if proc.returncode == 0:
+            self._seed_probes(build)
         return proc
+
+    def _seed_probes(self, build: Path) -> None:
+        """Give the build folder the flag probes of its C++ compiler, as a second `tune` of
+        that compiler finds them (the cache is per compiler version, space.py): probed once
+        per worker with the real compiler, instead of 14 compiles in each test that tunes
+        (about 4 s of CPU each, over 30 tests).  The probe itself is tested in test_space.py."""
+        manifest = Workspace(build).manifest
+        if self.probes is None or not manifest.is_file():
+            return
+        try:
+            cxx = load_manifest(manifest).compilers.get("CXX")
+        except CompileIQError:
+            return  # a manifest a test made unreadable on purpose
+        if cxx is None:
+            return
+        with self._lock:
+            if (cxx.path, cxx.version) not in self._probed:
+                flags = [d.template.format(v=v) for d in dimensions_for("CXX") for v in d.values]
+                Prober(self.probes).probe("CXX", cxx.path, cxx.version, flags)
+                self._probed.add((cxx.path, cxx.version))
+        probe = Workspace(build).probe
+        probe.mkdir(parents=True, exist_ok=True)
+        for cache in self.probes.glob("probe-CXX-*.json"):
+            shutil.copyfile(cache, probe / cache.name)
 
     def build(self, build: Path, *targets: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([self.ninja, "-C", str(build), *targets], capture_output=True, text=True)
@@ -92,8 +125,8 @@ class Configure:
 
 
 @pytest.fixture(scope="session")
-def configure(cmake: str, ninja: str) -> Configure:
-    return Configure(cmake, ninja)
+def configure(cmake: str, ninja: str, tmp_path_factory: pytest.TempPathFactory) -> Configure:
+    return Configure(cmake, ninja, tmp_path_factory.mktemp("probes"))
 
 
 @pytest.fixture
