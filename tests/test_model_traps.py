@@ -672,3 +672,40 @@ def test_screening_takes_the_register_caps_nearest_the_projects_own_registers_fi
     assert screened({"all:registers": 32.0}) == ["32", "64", "96", "128", "168", "255"]
     assert screened({"all:registers": 96.0}) == ["96", "128", "64", "168", "255", "32"]
     assert screened({}) == ["32", "255", "128", "168", "64", "96"]  # registers unknown: extremes first
+
+
+def test_a_move_that_helped_is_measured_once_with_a_value_that_makes_a_new_register_count():
+    """Rodinia's lud perimeter kernel keeps its 32 registers with `-Xptxas -O1` and with
+    `-dlcm=lu` alone, takes 40 with both, and is 6.7% faster so, where `-O1` alone gains 1.3%
+    and `-dlcm=lu` alone loses 0.8%: the model, which adds effects, never proposed the pair, and
+    the best was a register cap.  Compiling ahead reads the best's and the helpful moves'
+    neighbours; one whose register count neither its anchor nor the added value gives alone is
+    measured, once per anchor (here O=1's, the second best)."""
+    base = config_key(SPACE.default_config())
+    regs = lambda n: {"all:registers": n, "all:instructions": 1000.0 + n}  # noqa: E731
+    history = [Trial({"T:R": "1"}, 0.97, True, spread=0.002, code="r1", phase="screen"),
+               Trial({"T:O": "1"}, 0.98, True, spread=0.002, code="o1", phase="screen"),
+               Trial({"T:S": "b"}, 1.008, False, spread=0.002, code="sb", phase="screen"),
+               Trial({"T:S": "a"}, 1.001, False, spread=0.002, code="sa", phase="screen"),
+               Trial({"T:R": "1", "T:O": "1"}, 0.975, True, spread=0.002, code="r1o1", phase="combine")]
+    alone = [Candidate({"T:R": "1"}, "r1", regs(120)), Candidate({"T:O": "1"}, "o1", regs(128)),
+             Candidate({"T:R": "1", "T:O": "1"}, "r1o1", regs(120)),
+             Candidate({"T:S": "b"}, "sb", regs(128)), Candidate({"T:S": "a"}, "sa", regs(128)),
+             Candidate({"T:X": "on"}, base, regs(128))]
+    context = Context(SPACE, history, alone, budget=8, baseline_code=base, baseline_features=regs(128))
+    model = ModelGuided(seed=0)
+    # Not compiled yet: compiling ahead names the anchors' neighbours (X=on, a passenger, not).
+    named = {config_key(SPACE.full_config(c)) for c in model.scout(context, 20)}
+    o1sb = SPACE.full_config({"T:O": "1", "T:S": "b"})
+    assert config_key(o1sb) in named and config_key(SPACE.full_config({"T:R": "1", "T:S": "b"})) in named
+    assert config_key(SPACE.full_config({"T:O": "1", "T:X": "on"})) not in named
+    assert model.propose(context).phase != "register"  # nothing compiled: nothing to read
+    compiled = [*alone, Candidate({"T:R": "1", "T:S": "b"}, "r1sb", regs(120)),  # the anchor's count
+                Candidate({"T:R": "1", "T:S": "a"}, "r1sa", regs(128)),  # S=a's count alone
+                Candidate({"T:O": "1", "T:S": "a"}, "o1sa", regs(128)),
+                Candidate({"T:O": "1", "T:S": "b"}, "o1sb", regs(140))]  # neither's
+    proposal = model.propose(replace(context, known=compiled))
+    assert proposal.phase == "register" and SPACE.full_config(proposal.config) == o1sb
+    assert proposal.parent == config_key(SPACE.full_config({"T:O": "1"}))
+    pending = Trial(proposal.config, None, False, pending=True, phase="register", parent=proposal.parent)
+    assert model.propose(replace(context, history=[*history, pending], known=compiled)).phase != "register"

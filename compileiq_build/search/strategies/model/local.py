@@ -20,7 +20,8 @@
   The last fraction of a percent lies in small variants of the best code, which the model cannot
   resolve from a few measurements of other codes, and combining carries options along that the
   best does not need (the replays that showed both: benchmarks/results/search/README.md).
-- register: the best with a partner that moves the register count too (`register_choice`).
+- register: the best with a partner that moves the register count too, and the best or a move
+  that helped with a value that makes a register count neither gives (`register_choice`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from compileiq_build.search.strategies.base import Context
 from compileiq_build.search.strategies.model.features import (
     best_config,
     changed_options,
+    code_count,
+    config_features,
     standardized_features,
 )
 from compileiq_build.search.strategies.model.pool import register_moves
@@ -95,25 +98,76 @@ def register_partners(context: Context, incumbent: Config) -> list[Config]:
     return _with_each(context, incumbent, [(k, v) for k, v in sorted(registers) if k not in own])
 
 
-def register_choice(context: Context, incumbent: Config) -> Config | None:
-    """Once for a best (`register` proposals carry it as their parent): of its register partners
-    compiled already and not left out for spilling, the one whose code's features are nearest the
-    best's; None if none is compiled (compiling ahead names them) or one was proposed for it.
-    ptxas allocates registers under a cap and a register-usage-level at once, so their effects do
-    not add, and the model, which adds them, ranks such a pair by the partner's loss alone (live
-    on the sample's gemm, H100: each cap alone 3-30% slower, with register-usage-level 0-3 the
-    best known, 1.024-1.031x against 1.018x; pool.py keeps such pairs in the pool)."""
-    key = config_key(incumbent)
-    if any(t.phase == "register" and t.parent == key for t in context.history):
-        return None
+# The best and the moves that helped most, at most: whose neighbours `register_choice` reads.
+ANCHORS = 3
+
+
+def register_anchors(context: Context, incumbent: Config, noise: float) -> list[Config]:
+    """The best so far, then the one-option moves measured faster beyond `noise`, fastest first:
+    ANCHORS configurations at most."""
+    default = context.space.default_config()
+    moves = [{**default, dim: value} for dim, value in helpful_moves(context, noise)]
+    return [incumbent, *(m for m in moves if m != incumbent)][:ANCHORS]
+
+
+def neighbours(context: Context, anchor: Config) -> list[Config]:
+    """The anchor with one value of a dimension it leaves at the default: one value per code its
+    one-option move compiled to (values of one code alone act alike), passengers (the baseline's
+    code) left out; fresh ones only."""
+    alone = _alone_codes(context)
+    base = alone("", DEFAULT)
+    seen: set[tuple[str, str]] = set()
+    moves = []
+    for d in context.space.dimensions:
+        if anchor[d.key] == DEFAULT:
+            for value in d.values:
+                if (code := alone(d.key, value)) != base and (d.key, code) not in seen:
+                    seen.add((d.key, code))
+                    moves.append((d.key, value))
+    return _with_each(context, anchor, moves)
+
+
+def new_count(context: Context, anchor: Config, configs: Sequence[Config]) -> list[bool]:
+    """Whether each configuration (the anchor with one value more, compiled) has a register count
+    that neither the anchor's code nor that value's one-option move has."""
+    default = context.space.default_config()
+    added = [next(k for k in c if c[k] != anchor[k]) for c in configs]
+    counts = [code_count(f, "registers") for f in config_features(
+        context, [anchor, *configs, *({**default, k: c[k]} for k, c in zip(added, configs, strict=True))])]
+    own, pairs, alone = counts[0], counts[1:len(configs) + 1], counts[len(configs) + 1:]
+    return [not math.isnan(own + n + a) and n not in (own, a) for n, a in zip(pairs, alone, strict=True)]
+
+
+def register_choice(context: Context, incumbent: Config, noise: float) -> tuple[Config, Config] | None:
+    """(anchor, configuration) to measure next, once per anchor (`register` proposals carry it
+    as their parent); None while none is compiled (compiling ahead names them) or left.  Of an
+    anchor's (`register_anchors`) partners compiled already and not left out for spilling, the
+    one whose code's features are nearest the anchor's.  Partners: of the best, a value of
+    another dimension whose move alone changed the register count where one of the best's did
+    too (`register_partners`); of every anchor, a value that makes a register count neither it
+    nor the value alone has (`new_count`).  ptxas allocates registers under all its options at
+    once, so their effects do not add, and the model, which adds them, ranks such a pair by the
+    partner's effect alone: live on the sample's gemm (H100) each cap alone was 3-30% slower,
+    with register-usage-level 0-3 the best known, 1.024-1.031x against 1.018x (pool.py keeps
+    such pairs in the pool); Rodinia's lud perimeter kernel keeps 32 registers with `-Xptxas -O1`
+    and with `-dlcm=lu` alone, takes 40 with both, and is 6.7% faster so (1.3% with `-O1`
+    alone, 0.8% slower with `-dlcm=lu` alone: benchmarks/corpus/dense_h100)."""
     compiled = set(context.codes)
-    partners = [c for c in register_partners(context, incumbent) if config_key(c) in compiled]
-    if partners:
-        partners = [c for c, s in zip(partners, spilling_mask(context, partners), strict=True) if not s]
-    if not partners or not (z := standardized_features(context, [incumbent, *partners])).shape[1]:
-        return None
-    distance = np.nansum((z[1:] - z[0]) ** 2, axis=1)
-    return partners[int(np.argmin(distance))]
+    for anchor in register_anchors(context, incumbent, noise):
+        key = config_key(anchor)
+        if any(t.phase == "register" and t.parent == key for t in context.history):
+            continue
+        near = [c for c in neighbours(context, anchor) if config_key(c) in compiled]
+        partners = [c for c, new in zip(near, new_count(context, anchor, near), strict=True) if new]
+        if anchor is incumbent:
+            partners += [c for c in register_partners(context, incumbent)
+                         if config_key(c) in compiled and c not in partners]
+        if partners:
+            partners = [c for c, s in zip(partners, spilling_mask(context, partners), strict=True) if not s]
+        if partners and (z := standardized_features(context, [anchor, *partners])).shape[1]:
+            distance = np.nansum((z[1:] - z[0]) ** 2, axis=1)
+            return anchor, partners[int(np.argmin(distance))]
+    return None
 
 
 def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,

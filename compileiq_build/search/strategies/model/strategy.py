@@ -28,6 +28,8 @@ from compileiq_build.search.strategies.model.local import (
     combinations,
     early_combination,
     local_choice,
+    neighbours,
+    register_anchors,
     register_choice,
     register_partners,
 )
@@ -91,7 +93,8 @@ class ModelGuided:
         """The phases after screening: combine, local and model, or a stop rule."""
         if (streak := free_streak(context)) >= FREE_STREAK:
             return Stop(f"its last {streak} proposals compiled to machine code measured before")
-        pool = candidate_pool(context, rng, resolved_noise(context.measured, self.noise)[0])
+        noise = resolved_noise(context.measured, self.noise)[0]
+        pool = candidate_pool(context, rng, noise)
         if not pool:
             return Stop("every configuration of the space was measured")
         best, incumbent = best_ratio(context), best_config(context)
@@ -99,8 +102,8 @@ class ModelGuided:
             combined, _ = predict(context, transfer, combos, self.prior, self.noise)
             if combined.min() < math.log(best):
                 return Proposal(combos[int(np.argmin(combined))], "combine", config_key(incumbent))
-        if best < 1.0 and (partner := register_choice(context, incumbent)) is not None:
-            return Proposal(partner, "register", config_key(incumbent))
+        if best < 1.0 and (chosen := register_choice(context, incumbent, noise)) is not None:
+            return Proposal(chosen[1], "register", config_key(chosen[0]))
         mean, std = predict(context, transfer, pool, self.prior, self.noise)
         spilling = spilling_mask(context, pool)
         bound = self._bound(pool, incumbent, mean, std, spilling)
@@ -157,8 +160,10 @@ class ModelGuided:
                 return moves[:count]
         incumbent = best_config(context)
         combos = [c for c in combinations(context, incumbent) if config_key(c) not in known]
-        if best_ratio(context) < 1.0:  # the best's register partners, for `register_choice`
+        if best_ratio(context) < 1.0:  # the anchors' register partners, for `register_choice`
             combos += [c for c in register_partners(context, incumbent) if config_key(c) not in known]
+            combos += [c for anchor in register_anchors(context, incumbent, noise)
+                       for c in neighbours(context, anchor) if config_key(c) not in known and c not in combos]
         rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
         pool = [c for c in candidate_pool(context, rng, noise) if config_key(c) not in known]
         if not pool:
