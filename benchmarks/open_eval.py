@@ -797,6 +797,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true",
                    help="write NAME.json and NAME.txt from the tables in NAME.jsonl, running none")
     args = p.parse_args(argv)
+    if args.sources is not None and not (args.sources / "manifest.json").is_file():
+        p.error(f"--sources {args.sources}: no manifest.json there (corpus_record's manifest of programs)")
     command = "python -m benchmarks.open_eval " + " ".join(argv if argv is not None else sys.argv[1:])
     paths = table_paths(args.corpus, args.tables)
     if args.only:

@@ -187,3 +187,9 @@ def test_a_compiled_landscape_answers_a_code_as_compiling_gives_it(tmp_path):
     assert land.time(capped) == land.time(keyed) and land.compiles == 2
     # One nvcc -ptx for both: they differ in ptxas options only.
     assert len(land._ptx) == 1 and corpus_record.short_code("ab" * 20) == "ab" * 8
+
+
+def test_sources_without_a_manifest_are_refused_with_what_is_missing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        open_eval.main(["--sources", str(tmp_path), "--out", str(tmp_path)])
+    assert exit_.value.code == 2 and "no manifest.json there" in capsys.readouterr().err
