@@ -163,7 +163,9 @@ class ModelGuided:
         if best_ratio(context) < 1.0:  # the anchors' register partners, for `register_choice`
             combos += [c for c in register_partners(context, incumbent) if config_key(c) not in known]
             combos += [c for anchor in register_anchors(context, incumbent, noise)
-                       for c in neighbours(context, anchor) if config_key(c) not in known and c not in combos]
+                       for c in neighbours(context, anchor) if config_key(c) not in known]
+            # One entry per configuration: two anchors' neighbours can coincide (A+b is B+a).
+            combos = list({config_key(c): c for c in combos}.values())
         rng = random.Random(f"{self.seed}:{len(context.history)}")  # the pool `propose` ranks next
         pool = [c for c in candidate_pool(context, rng, noise) if config_key(c) not in known]
         if not pool:
