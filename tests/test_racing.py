@@ -3,11 +3,13 @@ that still can never does.  Deterministic: constructed costs and seeded simulati
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from conftest import cxx_evaluator, stored_evaluation, write_finalists
+from rich.console import Console
 
 from benchmarks.racing_simulation import measure
 from compileiq_build.decide.racing import (
@@ -21,7 +23,7 @@ from compileiq_build.decide.racing import (
     sampling_done,
 )
 from compileiq_build.decide.selection import SAME_AS_BASELINE, TargetResults
-from compileiq_build.results.progress import describe
+from compileiq_build.results.progress import Reporter, describe
 from compileiq_build.store.database import Store
 
 NOISE = 0.003  # sd of a paired log ratio: the H200 stencil's (benchmarks/results/measurement/)
@@ -226,6 +228,26 @@ def test_the_evaluator_races_out_a_candidate_and_says_so(cxx_project, configure)
     check = evaluator.evaluate({"O": "1"}, {"CXX": ("-O1",)}, "test", "validate", built,
                                sampling=Sampling(5, 10))
     assert check.estimates[workload].pairs >= 5 and not check.evaluation.reason
+    store.close()
+
+
+def test_a_benchmark_too_noisy_for_small_gains_is_said_once_as_soon_as_its_noise_is_known(cxx_project,
+                                                                                             configure):
+    """Live, Rodinia's lud timed with its copies varied by 12%, and a 3% gain could not ship: the
+    log says so as soon as the noise is known, once (real builds and runs; a 15% noise between
+    pairs written into the store as earlier evaluations would)."""
+    out = io.StringIO()
+    report = Reporter(Console(file=out, width=400))
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], report=report)
+    write_finalists(evaluator, store, 0.5, 0.15)
+    for level in ("1", "2"):
+        built = evaluator.build({"CXX": (f"-O{level}",)}, evaluator.workers[0], 0)
+        evaluator.evaluate({"O": level}, {"CXX": (f"-O{level}",)}, "test", "search", built,
+                           sampling=Sampling(2, 2))
+    said = [line for line in out.getvalue().splitlines() if "only beyond its benchmark's noise" in line]
+    assert len(said) == 1, out.getvalue()
+    assert f"here {evaluator.benchmarks[0].workload} " in said[0] and "a larger input" in said[0]
+    assert "Ctrl-C stops after the evaluation in flight" in said[0]
     store.close()
 
 

@@ -259,16 +259,26 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
     return NoWinner(target, arch_keys, reason + noisy_benchmarks(noise), tuple(pending))
 
 
+QUIETER = ("quieter runs (more repetitions per run, a larger input, or timing the GPU work alone) let "
+           "smaller gains ship")
+
+
+def noisy_zones(noise: Mapping[str, float]) -> list[tuple[str, float]]:
+    """The workloads whose noise hides gains of `NOISY_ZONE` or more, with their zones."""
+    return sorted((w, zone(noise, w)) for w in noise if zone(noise, w) >= NOISY_ZONE)
+
+
+def gains_hidden(zones: Sequence[tuple[str, float]]) -> str:
+    named = ", ".join(f"{w} {z:.1%}" for w, z in zones)
+    return f"a gain ships only beyond its benchmark's noise, here {named}: {QUIETER}"
+
+
 def noisy_benchmarks(noise: Mapping[str, float]) -> str:
     """Where no candidate ships: the benchmarks whose noise hides gains of `NOISY_ZONE` or more,
-    with what the user can do (live, a whole-program time of Rodinia's lud varied by 13%, and a
+    with what the user can do (live, a whole-program time of Rodinia's lud varied by 12%, and a
     3% gain measured over 23 pairs could not ship)."""
-    loud = sorted((w, zone(noise, w)) for w in noise if zone(noise, w) >= NOISY_ZONE)
-    if not loud:
-        return ""
-    named = ", ".join(f"{w} {z:.1%}" for w, z in loud)
-    return (f"; a gain ships only beyond its benchmark's noise, here {named}: quieter runs (more "
-            "repetitions per run, a larger input, or timing the GPU work alone) let smaller gains ship")
+    zones = noisy_zones(noise)
+    return f"; {gains_hidden(zones)}" if zones else ""
 
 
 def search_noise(store: Store, target: str, arch_keys: dict[str, str]) -> dict[str, float]:

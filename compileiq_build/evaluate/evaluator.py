@@ -19,7 +19,14 @@ from compileiq_build.build.space import config_key
 from compileiq_build.build.trees import BuildResult
 from compileiq_build.decide.clock import Clock
 from compileiq_build.decide.racing import Race, Sampling, race_for
-from compileiq_build.decide.selection import SAME_AS_BASELINE, Outcome, TargetResults, summarize
+from compileiq_build.decide.selection import (
+    SAME_AS_BASELINE,
+    Outcome,
+    TargetResults,
+    gains_hidden,
+    noisy_zones,
+    summarize,
+)
 from compileiq_build.errors import CompileIQError
 from compileiq_build.evaluate.baseline import Baseline, prepare_baseline
 from compileiq_build.evaluate.pairing import Pairing
@@ -66,6 +73,7 @@ class Evaluator:
         self.dedup_hits = 0
         self.hot_kernels: set[str] = set()  # the profiled kernels of this target that take the time
         self._lock = threading.Lock()
+        self._noisy_said: set[str] = set()  # workloads whose noise the log has warned of
 
     @property
     def _build_timeout(self) -> float:
@@ -157,6 +165,7 @@ class Evaluator:
         race = None
         if phase == "search":
             race = self._race(evaluation)
+            self._warn_of_noise(race)
         elif reduced_from is not None and (reaches := summarize(self.store, reduced_from).ratio):
             race = self._race(evaluation, reaches, "the configuration it reduces reaches")
         pairing = Pairing(self.store, self.report, evaluation, built.worker, built.compiled.slot, numerics,
@@ -169,6 +178,16 @@ class Evaluator:
               against: str = "the finalists reach") -> Race:
         """What a search candidate (or a minimizing step) races against (racing.race_for)."""
         return race_for(self.results, evaluation, self.sampling.precision, reference, against)
+
+    def _warn_of_noise(self, race: Race) -> None:
+        """Once per workload, as soon as the search knows its noise: a benchmark too noisy for
+        gains of a few percent is said while the user can still stop and quiet it."""
+        with self._lock:
+            zones = [(w, z) for w, z in noisy_zones(race.noise) if w not in self._noisy_said]
+            self._noisy_said.update(w for w, _ in zones)
+        if zones:
+            self.report.note(f"warning: {self.target.name}: {gains_hidden(zones)} (Ctrl-C stops after "
+                             "the evaluation in flight; nothing measured is lost)")
 
     def _same_code(self, evaluation: int, phase: str, built: Built,
                    reduced_from: EvaluationRow | None) -> int | None:
