@@ -240,10 +240,13 @@ def test_a_benchmark_too_noisy_for_small_gains_is_said_once_as_soon_as_its_noise
     report = Reporter(Console(file=out, width=400))
     evaluator, store = cxx_evaluator(cxx_project, configure, [1], report=report)
     write_finalists(evaluator, store, 0.5, 0.15)
+    measured = []
     for level in ("1", "2"):
         built = evaluator.build({"CXX": (f"-O{level}",)}, evaluator.workers[0], 0)
-        evaluator.evaluate({"O": level}, {"CXX": (f"-O{level}",)}, "test", "search", built,
-                           sampling=Sampling(2, 2))
+        outcome = evaluator.evaluate({"O": level}, {"CXX": (f"-O{level}",)}, "test", "search", built,
+                                     sampling=Sampling(2, 2))
+        measured.append(outcome.evaluation.same_as is None and bool(store.samples(outcome.evaluation.id)))
+    assert measured == [True, True]  # both raced against the noise: the second is not warned again
     said = [line for line in out.getvalue().splitlines() if "only beyond its benchmark's noise" in line]
     assert len(said) == 1, out.getvalue()
     assert f"here {evaluator.benchmarks[0].workload} " in said[0] and "a larger input" in said[0]
