@@ -54,6 +54,17 @@ def test_another_process_using_the_cpu_is_seen():
     assert monitor.busy[0].text().startswith(f"other processes used {monitor.busy[0].cores:.1f} of")
 
 
+def test_load_in_a_run_shorter_than_one_window_is_seen_when_it_ends():
+    pid = _outside_burner(10)
+    seen = []
+    try:
+        with CpuLoadMonitor(seen.append, window=30.0) as monitor:
+            time.sleep(2.0)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    assert len(seen) == 1 and monitor.busy == seen and 1.5 < seen[0].seconds < 5, seen
+
+
 def test_tune_warns_of_cpu_load_and_the_reports_say_so(cxx_project, configure, tmp_path):
     build = cxx_project / "build"
     configure(cxx_project, build)

@@ -19,6 +19,7 @@ from typing import Any
 
 BUSY_CORES = 0.5  # other processes' use, in cores on average over a window, that is reported
 WINDOW_S = 5.0
+MIN_WINDOW_S = 1.0  # a last window shorter than this is too short to judge
 
 
 def _machine_busy_s(stat: Path = Path("/proc/stat")) -> float | None:
@@ -88,6 +89,9 @@ class CpuLoadMonitor:
         self.busy: list[Busy] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-load", daemon=True)
+        # The open window: the machine's and our CPU seconds, and when, at its start.
+        self._machine: float | None = None
+        self._own, self._start, self._wall = 0.0, 0.0, 0.0
 
     def __enter__(self) -> CpuLoadMonitor:
         if _machine_busy_s() is not None:
@@ -98,26 +102,36 @@ class CpuLoadMonitor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+            # The last, partial window counts too: a tune shorter than one window was not seen.
+            if time.monotonic() - self._wall >= MIN_WINDOW_S:
+                self._sample()
 
     def _run(self) -> None:
-        machine, own, start, wall = _machine_busy_s(), _own_s(), time.time(), time.monotonic()
+        self._machine, self._own, self._start, self._wall = (
+            _machine_busy_s(), _own_s(), time.time(), time.monotonic())
         while not self._stop.wait(self.window):
-            machine2, own2, now = _machine_busy_s(), _own_s(), time.monotonic()
-            if machine is None or machine2 is None:
+            if not self._sample():
                 return
-            cores = max(0.0, (machine2 - machine) - (own2 - own)) / max(now - wall, 1e-6)
-            if cores >= self.threshold:
-                busy = Busy(start, now - wall, cores, load_average())
-                last = self.busy[-1] if self.busy else None
-                if last and busy.started - (last.started + last.seconds) < self.window:
-                    # The same episode goes on: one entry, its average over the whole of it.
-                    seconds = last.seconds + busy.seconds
-                    mean = (last.cores * last.seconds + cores * busy.seconds) / seconds
-                    self.busy[-1] = Busy(last.started, seconds, mean, busy.load)
-                else:
-                    self.busy.append(busy)
-                    self.on_busy(busy)
-            machine, own, start, wall = machine2, own2, time.time(), now
+
+    def _sample(self) -> bool:
+        """Closes the window that began at the last sample; False off Linux."""
+        machine, own, now = _machine_busy_s(), _own_s(), time.monotonic()
+        if self._machine is None or machine is None:
+            return False
+        cores = max(0.0, (machine - self._machine) - (own - self._own)) / max(now - self._wall, 1e-6)
+        if cores >= self.threshold:
+            busy = Busy(self._start, now - self._wall, cores, load_average())
+            last = self.busy[-1] if self.busy else None
+            if last and busy.started - (last.started + last.seconds) < self.window:
+                # The same episode goes on: one entry, its average over the whole of it.
+                seconds = last.seconds + busy.seconds
+                mean = (last.cores * last.seconds + cores * busy.seconds) / seconds
+                self.busy[-1] = Busy(last.started, seconds, mean, busy.load)
+            else:
+                self.busy.append(busy)
+                self.on_busy(busy)
+        self._machine, self._own, self._start, self._wall = machine, own, time.time(), now
+        return True
 
 
 def cpu_load_lines(sessions: Sequence[tuple[int, float, str, dict[str, Any]]]) -> list[str]:

@@ -155,13 +155,13 @@ def cpu_load_watch(report: Reporter, target: Target, store: Store, session: int)
         report.note(f"warning: {target.name}: {b.text()} while its CPU benchmarks ran: they "
                          "measure that load as noise, or as a difference that is not the flags'")
 
-    with CpuLoadMonitor(busy) as monitor:
-        try:
+    monitor = CpuLoadMonitor(busy)
+    try:
+        with monitor:
             yield
-        finally:
-            if monitor.busy:
-                store.update_session(session, "cpu_load",
-                                     {target.name: [b.text() for b in monitor.busy]})
+    finally:  # after the monitor's last window closed
+        if monitor.busy:
+            store.update_session(session, "cpu_load", {target.name: [b.text() for b in monitor.busy]})
 
 def note_killed(report: Reporter, store: Store) -> None:
     """Evaluations a killed run left running (the lock says no other run is): said, as the
