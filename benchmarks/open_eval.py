@@ -780,7 +780,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets", type=int, nargs="+", default=[10, 20])
     p.add_argument("--strategies", nargs="+", default=["model", "random", "optuna-tpe", "smac"],
                    choices=[*OURS, *PEERS])
-    p.add_argument("--compile-ahead", type=int, default=5)
+    p.add_argument("--compile-ahead", type=int, default=5,
+                   help="configurations compiled ahead per evaluation, at most (default 5; live, "
+                        "where the scout compiles while the GPU measures, six stores had 1.3-3.8: "
+                        "results/search/open/README.md)")
     p.add_argument("--sources", type=Path,
                    help="a corpus_record manifest's folder (manifest.json and the programs' sources): "
                         "the tables of its programs are compiled, not answered by the rules")
