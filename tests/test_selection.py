@@ -10,6 +10,7 @@ from compileiq_build.decide.selection import (
     NoWinner,
     Winner,
     decide,
+    noisy_benchmarks,
     outcomes,
     pending_validation,
     search_noise,
@@ -180,6 +181,8 @@ def test_a_winner_within_the_noise_does_not_ship(tmp_path):
     # The reason names the benchmark whose noise hid the gain, and what would let it ship.
     noisy = f"here w {zone(search_noise(store, 'saxpy', ARCH), 'w'):.1%}: quieter runs"
     assert noisy in decision.reason and "a larger input" in decision.reason
+    # A CPU target is told what quiets a CPU benchmark, not to time GPU work (the demo's were).
+    assert "no other load on the machine's cores" in decision.reason and "GPU" not in decision.reason
     _recorded(store, session, "CXX:no-math-errno=on", "validate", [0.92 + 0.001 * (i % 3) for i in range(10)])
     decision = decide(store, "saxpy", ARCH)
     assert isinstance(decision, Winner) and decision.config_key == "CXX:no-math-errno=on"
@@ -218,3 +221,9 @@ def test_a_lucky_validation_keeps_no_option_worth_nothing(tmp_path):
     assert decision.config_key == "CXX:unroll-loops=on"
     assert [d.option for d in decision.dropped] == ["CXX:align-loops=32"]
     store.close()
+
+
+def test_a_gpu_targets_noisy_benchmark_is_told_to_time_the_gpu_work_alone():
+    noise = {"w": 0.05}
+    assert "timing the GPU work alone" in noisy_benchmarks(noise, gpu=True)
+    assert "GPU" not in noisy_benchmarks(noise, gpu=False)
