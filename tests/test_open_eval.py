@@ -193,3 +193,13 @@ def test_sources_without_a_manifest_are_refused_with_what_is_missing(tmp_path, c
     with pytest.raises(SystemExit) as exit_:
         open_eval.main(["--sources", str(tmp_path), "--out", str(tmp_path)])
     assert exit_.value.code == 2 and "no manifest.json there" in capsys.readouterr().err
+
+
+def test_the_strategys_choosing_time_is_counted_per_call(tmp_path, capsys):
+    from benchmarks import scout_time
+
+    assert scout_time.main([TABLE.stem, "--budgets", "4", "--cache", str(tmp_path)]) == 0
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    calls = {name: int(lines[name].split()[0]) for name in ("scout", "propose")}
+    assert calls["propose"] >= 4 and calls["scout"] >= 1, lines  # four evaluations at least
+    assert "ms per call" in lines["scout"] and lines[TABLE.stem].startswith("fraction {'4': [")
