@@ -73,6 +73,7 @@ from compileiq_build.search.target import search_strategy
 
 CORPUS = Path(__file__).parent / "corpus" / "tables"
 OUT = Path(__file__).parent / "results" / "search" / "open"
+PRIOR_CACHE = Path.home() / ".cache" / "compileiq_build" / "open_eval"  # priors fitted without each project
 SPACE = FlagSpace(tuple(d for d in dimensions_for("CUDA") if not d.numerics))
 NAMES = tuple(d.name for d in SPACE.dimensions)
 VALUES = tuple((DEFAULT, *d.values) for d in SPACE.dimensions)
@@ -790,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT, help="where NAME.json and NAME.txt go")
     p.add_argument("--name", default="open_eval")
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "compileiq_build" / "open_eval",
+    p.add_argument("--cache", type=Path, default=PRIOR_CACHE,
                    help="fitted priors, by a digest of their training tables")
     p.add_argument("--judge", action="store_true", help="judge the landscape on held-out rows instead")
     p.add_argument("--reach", action="store_true",

@@ -16,8 +16,6 @@ from typing import Any
 from benchmarks import open_eval
 from compileiq_build.search.strategies.model.strategy import ModelGuided
 
-CACHE = Path.home() / ".cache" / "compileiq_build" / "open_eval"
-
 
 def _timed(calls: dict[str, list[float]], name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     def timed(self: ModelGuided, *args: Any, **kwargs: Any) -> Any:
@@ -34,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("stems", nargs="+", help="table file stems (benchmarks/corpus/tables)")
     p.add_argument("--budgets", type=int, nargs="+", default=[10, 20])
     p.add_argument("--compile-ahead", type=int, default=2)
-    p.add_argument("--cache", type=Path, default=CACHE, help="the priors fitted without each project")
+    p.add_argument("--cache", type=Path, default=open_eval.PRIOR_CACHE,
+                   help="the priors fitted without each project")
     args = p.parse_args(argv)
     paths = open_eval.table_paths()
     by_stem = {path.stem: path for path in paths}

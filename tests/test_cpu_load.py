@@ -40,14 +40,20 @@ def test_own_running_children_count_as_ours():
     assert burned > 0.05 and abs(grew - burned) < 0.3, (grew, burned)
 
 
-def test_another_process_using_the_cpu_is_seen():
+def _watched(window: float, seconds: float) -> tuple[list, CpuLoadMonitor]:
+    """What a monitor of `window` saw while an outside process burned a core for `seconds`."""
     pid = _outside_burner(10)
-    seen = []
+    seen: list = []
     try:
-        with CpuLoadMonitor(seen.append, window=1.0) as monitor:
-            time.sleep(3.5)
+        with CpuLoadMonitor(seen.append, window=window) as monitor:
+            time.sleep(seconds)
     finally:
         os.kill(pid, signal.SIGTERM)  # timeout passes it on; SIGKILL left the loop running
+    return seen, monitor
+
+
+def test_another_process_using_the_cpu_is_seen():
+    seen, monitor = _watched(window=1.0, seconds=3.5)
     assert seen and monitor.busy and monitor.busy[0].cores >= 0.5, monitor.busy
     # Consecutive busy windows are one episode, its average over all of them.
     assert len(monitor.busy) == 1 and monitor.busy[0].seconds >= 2.5
@@ -55,13 +61,7 @@ def test_another_process_using_the_cpu_is_seen():
 
 
 def test_load_in_a_run_shorter_than_one_window_is_seen_when_it_ends():
-    pid = _outside_burner(10)
-    seen = []
-    try:
-        with CpuLoadMonitor(seen.append, window=30.0) as monitor:
-            time.sleep(2.0)
-    finally:
-        os.kill(pid, signal.SIGTERM)
+    seen, monitor = _watched(window=30.0, seconds=2.0)
     assert len(seen) == 1 and monitor.busy == seen and 1.5 < seen[0].seconds < 5, seen
 
 

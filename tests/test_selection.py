@@ -225,5 +225,5 @@ def test_a_lucky_validation_keeps_no_option_worth_nothing(tmp_path):
 
 def test_a_gpu_targets_noisy_benchmark_is_told_to_time_the_gpu_work_alone():
     noise = {"w": 0.05}
-    assert "timing the GPU work alone" in noisy_benchmarks(noise, gpu=True)
-    assert "GPU" not in noisy_benchmarks(noise, gpu=False)
+    assert "timing the GPU work alone" in noisy_benchmarks(noise, {"CUDA": "sm_90"})
+    assert "GPU" not in noisy_benchmarks(noise, ARCH)

@@ -256,14 +256,13 @@ def decide(store: Store, target: str, arch_keys: dict[str, str]) -> Winner | NoW
                   f"({len(searched)} measured)")
     else:
         reason = f"no candidate beat the baseline beyond noise ({len(searched)} measured)"
-    return NoWinner(target, arch_keys, reason + noisy_benchmarks(noise, "CUDA" in arch_keys),
-                    tuple(pending))
+    return NoWinner(target, arch_keys, reason + noisy_benchmarks(noise, arch_keys), tuple(pending))
 
 
-def quieter(gpu: bool) -> str:
-    """What lets smaller gains ship: a GPU target's benchmark can time the kernels alone, a CPU
+def quieter(arch_keys: Mapping[str, str]) -> str:
+    """What lets smaller gains ship: a CUDA target's benchmark can time the kernels alone, a CPU
     target's needs its cores to itself (the demo's host targets were told to time GPU work)."""
-    alone = "timing the GPU work alone" if gpu else "no other load on the machine's cores"
+    alone = "timing the GPU work alone" if "CUDA" in arch_keys else "no other load on the machine's cores"
     return f"quieter runs (more repetitions per run, a larger input, or {alone}) let smaller gains ship"
 
 
@@ -272,17 +271,17 @@ def noisy_zones(noise: Mapping[str, float]) -> list[tuple[str, float]]:
     return sorted((w, zone(noise, w)) for w in noise if zone(noise, w) >= NOISY_ZONE)
 
 
-def gains_hidden(zones: Sequence[tuple[str, float]], gpu: bool) -> str:
+def gains_hidden(zones: Sequence[tuple[str, float]], arch_keys: Mapping[str, str]) -> str:
     named = ", ".join(f"{w} {z:.1%}" for w, z in zones)
-    return f"a gain ships only beyond its benchmark's noise, here {named}: {quieter(gpu)}"
+    return f"a gain ships only beyond its benchmark's noise, here {named}: {quieter(arch_keys)}"
 
 
-def noisy_benchmarks(noise: Mapping[str, float], gpu: bool) -> str:
+def noisy_benchmarks(noise: Mapping[str, float], arch_keys: Mapping[str, str]) -> str:
     """Where no candidate ships: the benchmarks whose noise hides gains of `NOISY_ZONE` or more,
     with what the user can do (live, a whole-program time of Rodinia's lud varied by 12%, and a
     3% gain measured over 23 pairs could not ship)."""
     zones = noisy_zones(noise)
-    return f"; {gains_hidden(zones, gpu)}" if zones else ""
+    return f"; {gains_hidden(zones, arch_keys)}" if zones else ""
 
 
 def search_noise(store: Store, target: str, arch_keys: dict[str, str]) -> dict[str, float]:

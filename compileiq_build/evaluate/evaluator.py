@@ -186,8 +186,8 @@ class Evaluator:
             zones = [(w, z) for w, z in noisy_zones(race.noise) if w not in self._noisy_said]
             self._noisy_said.update(w for w, _ in zones)
         if zones:
-            gpu = "CUDA" in self.arch_keys
-            self.report.note(f"warning: {self.target.name}: {gains_hidden(zones, gpu)} (Ctrl-C stops after "
+            hidden = gains_hidden(zones, self.arch_keys)
+            self.report.note(f"warning: {self.target.name}: {hidden} (Ctrl-C stops after "
                              "the evaluation in flight; nothing measured is lost)")
 
     def _same_code(self, evaluation: int, phase: str, built: Built,
