@@ -25,7 +25,7 @@
 #     llm_mmq[perf -b CUDA0 -o MUL_MAT,MUL_MAT_ID -p '^type_a=q4_0,type_b=f32,m=4096,n=512,k=14336,|^type_a=q4_0,type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=512,k=2048$'].../MUL_MAT_ID(type_a=q4_0,type_b=f32,n_mats=128,n_used=8,b=0,m=768,n=512,k=2048): 1.008x (1.007x .. 1.011x)
 #
 # Kept at the project's own flags:
-#   ggml-cuda:fattn (sm_90): none of the 2 candidates faster in the search held up when re-measured (15 measured)
+#   ggml-cuda:fattn (sm_90): 4 candidates faster in the search did not hold up when re-measured (CUDA:dlcm=cs CUDA:jump-table-density=50 CUDA:maxrregcount=255 CUDA:ptxas-O=2 CUDA:register-usage-level=7, CUDA:dlcm=cs CUDA:dscm=cs CUDA:maxrregcount=255, CUDA:dlcm=cs CUDA:maxrregcount=255, CUDA:maxrregcount=255); 2 more were faster in the search and are not validated yet (25 measured): run tune again to re-measure the next 2
 
 include_guard(GLOBAL)
 set(COMPILEIQ_TOOLCHAIN_FORMAT 1)
@@ -441,8 +441,8 @@ function(_compileiq_apply_tuned name tgt lang id key plain cuda_archs out_applie
         "for and merge the stores (python -m compileiq_build emit --merge STORE...)")
       set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_UNFLAGGED "${why}")
     elseif(DEFINED COMPILEIQ_TOOLCHAIN_UNITS AND NOT name IN_LIST COMPILEIQ_TOOLCHAIN_UNITS)
-      string(CONCAT why "${name} (${lang}) is not in the toolchain file: it was marked for "
-             "tuning, or renamed, since the file was written")
+      string(CONCAT why "${name} (${lang}) is not in the toolchain file: not tuned yet (tune "
+             "--targets left it out), or marked for tuning or renamed since the file was written")
       set_property(GLOBAL APPEND PROPERTY _COMPILEIQ_UNFLAGGED "${why}")
     endif()
   endif()
@@ -465,8 +465,8 @@ function(_compileiq_toolchain_names units)
     list(JOIN unflagged ";\n  " text)
     message(WARNING
       "CompileIQ: these tuned targets keep the project's flags, as the toolchain file has none "
-      "for them here:\n  ${text}.\nFor a new or renamed target: python -m compileiq_build tune "
-      "<build folder>, then commit the toolchain file it writes.")
+      "for them here:\n  ${text}.\nFor a target not tuned yet, new or renamed: python -m "
+      "compileiq_build tune <build folder>, then commit the toolchain file it writes.")
   endif()
   set(gone "")
   foreach(name IN LISTS COMPILEIQ_TOOLCHAIN_UNITS)
