@@ -307,12 +307,23 @@ def zone(noise: Mapping[str, float], workload: str) -> float:
     return max(ZONE_FLOOR, NOISE_ZONE * noise.get(workload, 0.0))
 
 
+def gain_and_zone(o: Outcome, noise: Mapping[str, float]) -> tuple[float, float]:
+    """A valid outcome's gain in all (1 - its geometric-mean ratio over the workloads) and the
+    gain the workloads' noise hides in all (their zones' mean): for one workload, its own."""
+    return 1 - (o.ratio or 1.0), statistics.fmean(zone(noise, w) for w in o.estimates)
+
+
 def beats_baseline(o: Outcome, noise: Mapping[str, float]) -> bool:
     """Whether a re-measured configuration holds up: faster than the baseline beyond noise on
-    every workload (its interval below 1), by a gain beyond the workload's `zone`: the baseline
-    is the step without its last option, and that option, like any, ships only for a gain
-    beyond the noise."""
-    return o.faster and all(e.ratio * (1 + zone(noise, w)) < 1 for w, e in o.estimates.items())
+    every workload (each interval below 1), by a gain in all beyond the `zone` in all: the
+    baseline is the step without its last option, and that option, like any, ships only for a
+    gain beyond the noise.  In all, not on every workload: ggml's vector flash attention,
+    re-measured 2.1% faster at a 16384-token KV and 0.2% at 4096 (both intervals below 1), is
+    faster everywhere and by 1.2% in all, and the zone of 0.5% on each workload kept it out."""
+    if not o.faster:
+        return False
+    gain, hidden = gain_and_zone(o, noise)
+    return gain > hidden
 
 
 def holds_without(step: Outcome, parent: Outcome, noise: Mapping[str, float]) -> bool:

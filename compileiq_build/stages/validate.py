@@ -1,17 +1,17 @@
 """Validation: the best few search candidates measured again, with twice the runs.
 
 A best-of-N pick is biased low (the luckiest measurement wins), so a winner is only what holds
-up when re-measured: faster on every workload beyond noise and by a gain beyond the noise zone
-(`selection.beats_baseline`); `selection.decide` then names the winner from the stored results.  Under
---time-limit the search leaves time for it (decide/clock.py); a finalist whose build the time
-left cannot hold is named, not validated, and a measurement the time reaches stops.
+up when re-measured: faster on every workload beyond noise and by a gain in all beyond the noise
+zone (`selection.beats_baseline`); `selection.decide` then names the winner from the stored
+results.  Under --time-limit the search leaves time for it (decide/clock.py); a finalist whose
+build the time left cannot hold is named, not validated, and a measurement the time reaches stops.
 """
 
 from __future__ import annotations
 
 from compileiq_build.build.space import FlagSpace
 from compileiq_build.decide.racing import Sampling
-from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner, beats_baseline
+from compileiq_build.decide.selection import FINALISTS, NoWinner, Winner, beats_baseline, gain_and_zone
 from compileiq_build.evaluate.evaluator import Evaluator
 from compileiq_build.notes import Notes
 from compileiq_build.store.database import INTERRUPTED
@@ -44,6 +44,10 @@ def validate(evaluator: Evaluator, space: FlagSpace, sampling: Sampling,
         remeasured.append(row.config_key)
         if beats_baseline(check, noise):
             break
-        within = ", faster by less than its noise" if check.faster else ""
+        within = ""
+        if check.faster:
+            gain, hidden = gain_and_zone(check, noise)
+            within = (f", faster on every workload but by {gain:.1%} in all, less than the {hidden:.1%} "
+                      "its noise hides")
         notes.note(f"{name}: {row.config_key} did not hold up when re-measured{within}")
     return results.decide(), remeasured
