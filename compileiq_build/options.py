@@ -171,8 +171,9 @@ class TuneOptions:
         "only on CPUs like this one, and the toolchain file says so"))
     compile_ahead: int = field(default=5, metadata=Option(
         flag="--compile-ahead", group="measuring", type=count, metavar="N",
-        help="CUDA targets: while the GPU measures, compile up to N configurations per evaluation of "
-        "the budget ahead, for their machine code and features (default %(default)s; 0: off)"))
+        help="CUDA targets: while the GPU measures, compile up to N configurations per evaluation "
+        "started ahead, in as many trees as the candidates', for their machine code and features "
+        "(default %(default)s; 0: off)"))
     profile: bool = field(default=True, metadata=Option(
         flag="--no-profile", group="measuring",
         help="do not profile the benchmarks' baseline with ncu before searching CUDA targets"))

@@ -22,7 +22,7 @@ from compileiq_build.machine import environment
 from compileiq_build.project.manifest import load_manifest, load_project
 from compileiq_build.project.workspace import Workspace
 from compileiq_build.results.progress import Reporter
-from compileiq_build.run.worker import LocalWorker
+from compileiq_build.run.worker import LocalWorker, scout_folder
 from compileiq_build.store.database import MEASURED, Store, open_store
 from compileiq_build.store.records import Sample
 
@@ -144,17 +144,18 @@ def compile_commands(build: Path) -> dict[str, str]:
 
 
 def cxx_evaluator(project_dir: Path, configure: Configure, workers_slots: list[int],
-                  report: Reporter | None = None, scout: bool = False) -> tuple[Evaluator, Store]:
+                  report: Reporter | None = None, scouts: int = 0) -> tuple[Evaluator, Store]:
     """The C++ fixture configured, with one local worker per entry of `workers_slots` (that many
-    candidate trees each; with `scout` the first also compiles ahead), its baseline built and
-    run: ready to evaluate candidates of `saxpy`."""
+    candidate trees each; the first also has `scouts` trees that compile ahead), its baseline
+    built and run: ready to evaluate candidates of `saxpy`."""
     build = project_dir / "build"
     configure(project_dir, build)
     project = load_project(build)
     work = build / "compileiq" / "work"
     baseline = BuildTree(project, work / "baseline")
     workers = [LocalWorker(f"w{i}", baseline, [BuildTree(project, work / f"w{i}-{s}") for s in range(slots)],
-                           scout=BuildTree(project, work / "scout") if scout and i == 0 else None)
+                           scouts=[BuildTree(project, work / scout_folder(s))
+                                   for s in range(scouts if i == 0 else 0)])
                for i, slots in enumerate(workers_slots)]
     trees = [baseline, *(t for w in workers for t in w.all_trees[1:])]
     with ThreadPoolExecutor(4) as pool:

@@ -89,7 +89,7 @@ def test_a_candidate_trees_first_build_compiles_only_the_tuned_units_objects(lan
     configure(tmp_path / "src", build, *defines)
     work = build / "compileiq" / "work"
     [worker] = local_workers(load_project(build), work, [], 1)
-    worker.scout = BuildTree(worker.baseline.user, work / "scout")
+    worker.scouts = [BuildTree(worker.baseline.user, work / "scout")]
     worker.configure("90")
     exe = worker.baseline.project.benchmarks[0].executable_target
     steps: list[tuple[int, int]] = []

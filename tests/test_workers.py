@@ -171,7 +171,7 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     """While the worker measures, its scout tree compiles what the model names next (real g++
     builds): stored with their code (phase scout), known to the strategy before it measures
     them, never measured from that tree, and never more than compile_ahead x budget."""
-    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scout=True)
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scouts=1)
     strategy = ModelGuided()
     proposals = Proposals(strategy, SPACE, lambda: history(evaluator), budget=3,
                           compile_ahead=2)
@@ -187,6 +187,34 @@ def test_configurations_compiled_ahead_reach_the_strategy_as_known_code(cxx_proj
     measured = {r.config_key: r.digest for r in store.evaluations("saxpy", phase="search") if r.digest}
     assert all(measured[r.config_key] == r.digest for r in ahead if r.config_key in measured)
     store.close()
+
+
+def test_several_trees_compile_ahead_at_once_each_configuration_once(cxx_project, configure):
+    """Two scout trees (real g++ builds) compile at once from the start: each configuration the
+    model names is taken by one tree, and both trees build."""
+    evaluator, store = cxx_evaluator(cxx_project, configure, [1], scouts=2)
+    proposals = Proposals(ModelGuided(), SPACE, lambda: history(evaluator), budget=3, compile_ahead=2)
+    run_search(evaluator, evaluator.workers, proposals, Reporter(quiet=True), overlap=True)
+    keys = [r.config_key for r in store.evaluations("saxpy", phase=SCOUT)]
+    assert 2 <= len(keys) <= 6 and len(set(keys)) == len(keys) == len(proposals.ahead)
+    assert not proposals.scouting  # no reservation outlives its compile
+    work = cxx_project / "build" / "compileiq" / "work"
+    for tree in ("scout", "scout-1"):
+        assert (work / tree / "CMakeFiles" / "saxpy.dir" / "saxpy.cpp.o").is_file(), tree
+    store.close()
+
+
+def test_a_configuration_named_to_compile_ahead_is_reserved_until_compiled():
+    """Trees compiling ahead at once each get a configuration no other has; `compile_ahead` per
+    evaluation started bounds those compiled and compiling, in tune's loop as in `drive`."""
+    proposals = Proposals(ModelGuided(), SPACE, lambda: ([], []), budget=3, compile_ahead=2)
+    first, second = proposals.next_ahead(), proposals.next_ahead()
+    assert first is not None and second is not None and config_key(first) != config_key(second)
+    assert proposals.next_ahead() is None  # two per evaluation started, none started yet
+    proposals.drop_ahead(second)  # a tree that failed gives its configuration back
+    assert proposals.next_ahead() == second
+    proposals.compiled_ahead(first, "code-1")
+    assert proposals.next_ahead() is None and proposals.scouting == {config_key(second)}
 
 
 def test_the_model_names_the_screening_moves_to_come_then_its_best_bounds():

@@ -1,9 +1,11 @@
 """Which GPUs measure, and the workers on them with their build trees configured.
 
 Local workers: one per GPU of the first one's architecture (--gpus, CUDA_VISIBLE_DEVICES
-narrow it), each with a share of --jobs candidate trees; a GPU another process holds stops
-the run unless --allow-shared-gpu.  Ray workers (--ray): one per GPU of the cluster.
-Every tree is configured at once, for the measuring GPUs' architecture.
+narrow it), each with a share of --jobs candidate trees; the first also has as many trees that
+compile ahead (CUDA, --compile-ahead above 0): one compiled ahead at 1.3-3.8 configurations per
+evaluation live, where the open evaluation allows 5 (benchmarks/results/search/open/README.md).
+A GPU another process holds stops the run unless --allow-shared-gpu.  Ray workers (--ray): one
+per GPU of the cluster.  Every tree is configured at once, for the measuring GPUs' architecture.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def start_workers(options: TuneOptions, project: Project, work: Path, gpus: Sequ
     shared = check_gpus_free(measuring, options.allow_shared_gpu, notes)
     arch = measuring[0].arch if measuring else ""
     slots = max(1, parallel(options.jobs) // max(1, len(measuring)))
-    local = local_workers(project, work, measuring, slots, scout=cuda and options.compile_ahead > 0)
+    scouts = slots if cuda and options.compile_ahead else 0
+    local = local_workers(project, work, measuring, slots, scouts)
     return Workers(list(local), configure(local, arch), arch, shared)
 
 

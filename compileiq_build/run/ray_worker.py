@@ -110,8 +110,8 @@ class RayWorker:
         self._call("reset")
 
     @property
-    def can_scout(self) -> bool:
-        return False  # compiling ahead runs beside the local worker's trees only
+    def scout_slots(self) -> list[int]:
+        return []  # compiling ahead runs beside the local worker's trees only
 
 
 def _check_reachable(address: str) -> None:

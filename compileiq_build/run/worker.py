@@ -26,7 +26,7 @@ from compileiq_build.run.measure import Run, resolve_format, run_check, run_work
 from compileiq_build.store.records import Sample
 
 BASELINE_SLOT = -1
-SCOUT_SLOT = -2  # the tree that compiles configurations ahead, never measured (pipeline.py)
+SCOUT_SLOT = -2  # the first tree that compiles configurations ahead, never measured; the next -3...
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,9 @@ class Worker(Protocol):
     def reset(self) -> None: ...
 
     @property
-    def can_scout(self) -> bool:
-        """Whether it has a tree to compile ahead in (SCOUT_SLOT)."""
+    def scout_slots(self) -> list[int]:
+        """The slots of its trees that compile ahead (SCOUT_SLOT, SCOUT_SLOT - 1, ...): none, or
+        one per compile that may run at once."""
         ...
 
 
@@ -69,11 +70,11 @@ class LocalWorker:
     """Build trees on this host, benchmarks on one GPU (or on the CPU: `gpu` None)."""
 
     def __init__(self, name: str, baseline: BuildTree, trees: Sequence[BuildTree],
-                 gpu: Gpu | None = None, scout: BuildTree | None = None) -> None:
+                 gpu: Gpu | None = None, scouts: Sequence[BuildTree] = ()) -> None:
         self.name = name
         self.baseline = baseline
         self.trees = list(trees)
-        self.scout = scout
+        self.scouts = list(scouts)
         self.gpu = gpu
         # The GPU by UUID: immune to CUDA_VISIBLE_DEVICES renumbering and to PCI order.
         self.env = {"CUDA_VISIBLE_DEVICES": gpu.uuid} if gpu else {}
@@ -86,13 +87,13 @@ class LocalWorker:
         return len(self.trees)
 
     def _tree(self, slot: int) -> BuildTree:
-        if slot == SCOUT_SLOT and self.scout is not None:
-            return self.scout
+        if slot <= SCOUT_SLOT:
+            return self.scouts[SCOUT_SLOT - slot]
         return self.baseline if slot == BASELINE_SLOT else self.trees[slot]
 
     @property
     def all_trees(self) -> list[BuildTree]:
-        return [self.baseline, *self.trees, *([self.scout] if self.scout else [])]
+        return [self.baseline, *self.trees, *self.scouts]
 
     def configure(self, arch: str) -> Project:
         for tree in self.all_trees:
@@ -101,8 +102,8 @@ class LocalWorker:
         return self.baseline.project
 
     @property
-    def can_scout(self) -> bool:
-        return self.scout is not None
+    def scout_slots(self) -> list[int]:
+        return [SCOUT_SLOT - i for i in range(len(self.scouts))]
 
     def reset(self) -> None:
         """Every tree back to the project's own flags."""
@@ -168,15 +169,21 @@ class LocalWorker:
 
 
 def local_workers(project: Project, work: Path, gpus: Sequence[Gpu], slots: int,
-                  scout: bool = False) -> list[LocalWorker]:
+                  scouts: int = 0) -> list[LocalWorker]:
     """One worker per GPU (one for the CPU when `gpus` is empty), sharing one baseline tree,
-    each with `slots` candidate trees of its own; with `scout`, the first also has a tree that
-    compiles configurations ahead."""
+    each with `slots` candidate trees of its own; the first also has `scouts` trees that compile
+    configurations ahead."""
     baseline = BuildTree(project, work / "baseline")
     devices: Sequence[Gpu | None] = list(gpus) or [None]
     workers = []
     for i, gpu in enumerate(devices):
         trees = [BuildTree(project, work / f"candidate-{i * slots + s}") for s in range(slots)]
-        ahead = BuildTree(project, work / "scout") if scout and i == 0 else None
+        ahead = [BuildTree(project, work / scout_folder(s)) for s in range(scouts if i == 0 else 0)]
         workers.append(LocalWorker(f"gpu{gpu.index}" if gpu else "cpu", baseline, trees, gpu, ahead))
     return workers
+
+
+def scout_folder(index: int) -> str:
+    """The folder of a worker's `index`-th tree that compiles ahead (the first keeps the name
+    of the single one before, so that an earlier run's tree is built on)."""
+    return "scout" if index == 0 else f"scout-{index}"

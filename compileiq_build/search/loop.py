@@ -8,11 +8,12 @@ Proposals are made one at a time under a lock; the candidates still in flight re
 strategy as pending trials (with their machine code once compiled), so strategies stay
 stateless and a resumed run continues where it stopped.
 
-Compiling ahead (GPU targets, a strategy with `scout`): while the GPUs measure, one more build
-tree compiles the configurations the strategy names next, one at a time, up to
-`compile_ahead` per evaluation of the budget.  Each is stored with its machine code and
-compile-time features (phase scout) and reaches the strategy as a known candidate: its code
-may be one measured already (no GPU time then), and the model predicts it from its features.
+Compiling ahead (GPU targets, a strategy with `scout`): while the GPUs measure, build trees of
+their own (the first worker's scout trees, one compile each at a time) compile the
+configurations the strategy names next, up to `compile_ahead` per evaluation started.  Each is
+stored with its machine code and compile-time features (phase scout) and reaches the strategy
+as a known candidate: its code may be one measured already (no GPU time then), and the model
+predicts it from its features.
 
 Vetting (a strategy with `vet`): a proposal, once compiled, goes to the GPU only if the
 strategy still wants it now that its code and features are known; one it turns down is stored
@@ -69,8 +70,10 @@ class Proposals:
         self.baseline_code = baseline_code
         self.in_flight: dict[str, tuple[Proposal, str]] = {}  # key -> (proposal, code once compiled)
         self.finished = ""  # why the search ended, once it has
+        self.ahead_per_evaluation = compile_ahead  # compiled ahead per evaluation started, at most
         self.ahead_limit = compile_ahead * budget  # configurations compiled ahead, at most
         self.ahead: dict[str, str] = {}  # compiled ahead in this run: key -> code ('' did not build)
+        self.scouting: set[str] = set()  # being compiled ahead now
         self.turned_down = 0  # proposals compiled in this run and not measured (`vet`)
         self._cond = threading.Condition()
 
@@ -138,23 +141,44 @@ class Proposals:
         return why
 
     def next_ahead(self) -> Config | None:
-        """The next configuration to compile ahead, or None (no `scout`, nothing to name, done)."""
+        """The next configuration to compile ahead, reserved for the caller until it reports
+        the compile (`compiled_ahead`, `drop_ahead`); None: no `scout`, nothing to name, done,
+        the budget spent, or `compile_ahead` per evaluation started compiled or compiling."""
         strategy = self.strategy
+        if not isinstance(strategy, Scouting):
+            return None
         with self._cond:
-            if (not isinstance(strategy, Scouting) or self.finished or self.clock.why_stop()
-                    or len(self.ahead) >= self.ahead_limit):
+            if not self._ahead_room(context := self.context()):
                 return None
-            context = self.context()
-        for config in strategy.scout(context, 1 + len(self.in_flight)):
-            key = config_key(config)
-            if key not in self.in_flight and key not in self.ahead:
-                return config
+            count = 1 + len(self.in_flight) + len(self.scouting)
+        named = strategy.scout(context, count)  # outside the lock: proposing goes on meanwhile
+        with self._cond:
+            if not self._ahead_room(context):  # another tree may have taken the last room
+                return None
+            busy = {*self.in_flight, *self.ahead, *self.scouting}
+            for config in named:
+                if (key := config_key(config)) not in busy:
+                    self.scouting.add(key)
+                    return config
         return None
+
+    def _ahead_room(self, context: Context) -> bool:
+        """Whether one more configuration may be compiled ahead now (under the lock)."""
+        taken = len(self.ahead) + len(self.scouting)
+        return (not self.finished and not self.clock.why_stop() and context.spent < self.budget
+                and taken < min(self.ahead_limit, self.ahead_per_evaluation * (context.spent + 1)))
 
     def compiled_ahead(self, config: Config, code: str) -> None:
         with self._cond:
-            self.ahead[config_key(config)] = code
+            key = config_key(config)
+            self.scouting.discard(key)
+            self.ahead[key] = code
             self._cond.notify_all()  # a worker waiting for news may propose now
+
+    def drop_ahead(self, config: Config) -> None:
+        """A configuration reserved to compile ahead that was not compiled."""
+        with self._cond:
+            self.scouting.discard(config_key(config))
 
     def ahead_open(self) -> bool:
         return not self.finished and len(self.ahead) < self.ahead_limit
@@ -230,9 +254,7 @@ def drive(strategy: Strategy, space: FlagSpace, budget: int, compile: Callable[[
                           baseline_code=baseline_code, max_candidates=max_candidates,
                           compile_ahead=compile_ahead, baseline_features=baseline_features, closed=closed)
     while True:
-        spent = proposals.context().spent
-        while (spent < budget and len(proposals.ahead) < compile_ahead * (spent + 1)
-               and (config := proposals.next_ahead()) is not None):
+        while (config := proposals.next_ahead()) is not None:
             learn(ahead := compile(config))
             proposals.compiled_ahead(config, ahead.code)
         if (proposal := proposals.next(may_wait=False)) is None:
@@ -266,20 +288,20 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     compile while it measures.  The first worker runs in this thread, so that a second
     Ctrl-C reaches the benchmark it is running."""
     search = _Search(evaluator, workers, proposals, report, overlap)
-    scout = next((w for w in workers if w.can_scout), None)
-    scouting = None
-    if overlap and scout is not None and proposals.ahead_limit:
-        scouting = threading.Thread(target=search.ahead, args=(scout,), name="compile-ahead", daemon=True)
-        scouting.start()
+    scouts = [(w, s) for w in workers for s in w.scout_slots] if overlap and proposals.ahead_limit else []
+    scouting = [threading.Thread(target=search.ahead, args=(w, s), name=f"compile-ahead-{i}", daemon=True)
+                for i, (w, s) in enumerate(scouts)]
+    for thread in scouting:
+        thread.start()
     with ThreadPoolExecutor(max(1, len(workers) - 1), thread_name_prefix="worker") as others:
         futures = [others.submit(search.guarded, w) for w in workers[1:]]
         try:
             search.guarded(workers[0])
         finally:
             errors = [f.exception() for f in futures]
-            proposals.close_ahead()  # the search is over: the compile ahead in progress is its last
-            if scouting is not None:
-                scouting.join()
+            proposals.close_ahead()  # the search is over: the compiles ahead in progress are the last
+            for thread in scouting:
+                thread.join()
     for error in errors:
         if error is not None:
             raise error
@@ -362,15 +384,20 @@ class _Search:
             self.report.outcome(name, outcome, proposal.phase)
         return built.compiled.slot
 
-    def ahead(self, worker: Worker) -> None:
-        """Compile what the strategy names next in the worker's scout tree, until the search ends."""
-        proposals = self.proposals
+    def ahead(self, worker: Worker, slot: int) -> None:
+        """Compile what the strategy names next in one of the worker's scout trees, until the
+        search ends."""
+        proposals, config = self.proposals, None
         try:
             while proposals.ahead_open():
                 if (config := proposals.next_ahead()) is None:
                     proposals.wait(AHEAD_POLL_S)  # results change what it names
                     continue
-                code = self.evaluator.scout(config, self.space.flags(config), self.strategy.name, worker)
-                proposals.compiled_ahead(config, code)
-        except Exception as exc:  # advisory: the search goes on without it
+                flags = self.space.flags(config)
+                proposals.compiled_ahead(config, self.evaluator.scout(config, flags, self.strategy.name,
+                                                                      worker, slot))
+                config = None
+        except Exception as exc:  # advisory: the search goes on without this tree
+            if config is not None:
+                proposals.drop_ahead(config)
             self.report.note(f"{self.name}: compiling ahead stopped: {exc}")
