@@ -2,7 +2,7 @@
 
 Local workers: one per GPU of the first one's architecture (--gpus, CUDA_VISIBLE_DEVICES
 narrow it), each with a share of --jobs candidate trees; the first also has as many trees that
-compile ahead (CUDA, --compile-ahead above 0): one compiled ahead at 1.3-3.8 configurations per
+compile ahead (CUDA, --compile-ahead above 0): a single one reached 1.3-3.8 configurations per
 evaluation live, where the open evaluation allows 5 (benchmarks/results/search/open/README.md).
 A GPU another process holds stops the run unless --allow-shared-gpu.  Ray workers (--ray): one
 per GPU of the cluster.  Every tree is configured at once, for the measuring GPUs' architecture.
