@@ -122,6 +122,25 @@ def test_one_warning_per_workload_for_gpu_slowdowns():
             "slowdown (SM clock down to 1755 MHz)") in lines[0]
 
 
+def test_the_slowdown_warning_names_the_clock_while_slowed_not_the_idle_one():
+    """Live (ggml's flash attention, H100): test-backend-ops idles the GPU at 345 MHz while it
+    sets up, and the warning said "software power cap (SM clock down to 345 MHz)"."""
+    from compileiq_build.evaluate.pairing import warn_slowdowns
+    from compileiq_build.machine.gpu import summarize
+    from compileiq_build.run.measure import Run
+    from compileiq_build.store.records import Sample
+
+    state = summarize([(345, 2619, 36, 0x1), (1905, 2619, 38, 0x4), (1980, 2619, 39, 0x0)])
+    assert state["sm_clock_min_mhz"] == 345 and state["slowed_sm_clock_min_mhz"] == 1905
+    assert state["clock_event_reasons"] == 0x5 and state["readings"] == 3
+    assert "slowed_sm_clock_min_mhz" not in summarize([(345, 2619, 36, 0x1), (1980, 2619, 39, 0x0)])
+    out = io.StringIO()
+    reporter = Reporter(Console(file=out, force_terminal=False, width=200))
+    bench = type("B", (), {"workload": "fattn"})()
+    warn_slowdowns(reporter, bench, [Run([Sample("fattn", 1.0, 1.0, 0.1, 0, "", state)])], 10)
+    assert "software power cap (SM clock down to 1905 MHz)" in out.getvalue()
+
+
 def test_a_long_build_logs_its_steps_at_most_every_half_minute():
     """ggml's baseline build took 4 minutes with nothing in the log between its heading and its
     end; now Ninja's steps are a line every STEPS_EVERY_S seconds (a short build shows none)."""

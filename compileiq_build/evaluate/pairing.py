@@ -186,7 +186,9 @@ def warn_slowdowns(notes: Notes, bench: Benchmark, slowed: list[Run], runs: int)
     if not slowed:
         return
     reasons = sorted({r for run in slowed for r in slowdowns(run.samples[0].gpu)})
-    lowest = min(run.samples[0].gpu.get("sm_clock_min_mhz", 0) for run in slowed)
+    # The clock while slowed down (stores before it kept only the lowest of all, idle included).
+    lowest = min(g.get("slowed_sm_clock_min_mhz", g.get("sm_clock_min_mhz", 0))
+                 for g in (run.samples[0].gpu for run in slowed))
     notes.note(f"GPU slowdown during {len(slowed)} of {runs} runs of {bench.workload}: "
                f"{', '.join(reasons)} (SM clock down to {lowest} MHz); the measurements are "
                "kept, paired with the baseline's, but are noisier")
