@@ -28,7 +28,7 @@ from compileiq_build.results.progress import Reporter
 from compileiq_build.run.launch import measuring_gpus
 from compileiq_build.run.worker import LocalWorker
 from compileiq_build.search.history import history, trials
-from compileiq_build.search.loop import Proposals, run_search
+from compileiq_build.search.loop import Proposals, run_search, scout_jobs
 from compileiq_build.search.strategies import (
     Candidate,
     Context,
@@ -215,6 +215,13 @@ def test_a_configuration_named_to_compile_ahead_is_reserved_until_compiled():
     assert proposals.next_ahead() == second
     proposals.compiled_ahead(first, "code-1")
     assert proposals.next_ahead() is None and proposals.scouting == {config_key(second)}
+
+
+def test_trees_compiling_ahead_share_one_candidate_trees_cores():
+    """Four trees on the GPU machine (16 cores, 4 candidate trees of 4 jobs): one job each, so a
+    target of many sources loads the cores no more than one tree did; one tree keeps its jobs."""
+    assert scout_jobs(4, 4) == 1 and scout_jobs(8, 2) == 4 and scout_jobs(3, 4) == 1
+    assert scout_jobs(None, 1) is None and scout_jobs(4, 1) == 4
 
 
 def test_the_model_names_the_screening_moves_to_come_then_its_best_bounds():

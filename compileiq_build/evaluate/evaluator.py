@@ -110,13 +110,13 @@ class Evaluator:
         return Built(worker, compiled, started)
 
     def scout(self, config: Mapping[str, str], flags: Mapping[str, tuple[str, ...]], strategy: str,
-              worker: Worker, slot: int = SCOUT_SLOT) -> str:
-        """Compile a configuration ahead in one of the worker's scout trees (`slot`), the target
-        alone (no executable linked), and record its code and features (phase scout): the
-        strategy knows them before it chooses what to measure.  Returns the digest ('' when it
-        did not build)."""
+              worker: Worker, slot: int = SCOUT_SLOT, jobs: int | None = None) -> str:
+        """Compile a configuration ahead in one of the worker's scout trees (`slot`, with
+        `jobs`: Ninja's parallelism, default the candidate trees'), the target alone (no
+        executable linked), and record its code and features (phase scout): the strategy knows
+        them before it chooses what to measure.  Returns the digest ('' when it did not build)."""
         compiled = worker.build(slot, self.target.name, flags, [self.target.cmake_target],
-                                self._build_timeout, self.jobs, self.hot_kernels)
+                                self._build_timeout, jobs or self.jobs, self.hot_kernels)
         self.record_compiled(config, flags, strategy, compiled, worker)
         return compiled.digest if compiled.result.ok else ""
 

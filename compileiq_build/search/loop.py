@@ -25,6 +25,7 @@ evaluations): the same `Proposals`, so the same budget, candidate bound, vetting
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -289,8 +290,9 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     Ctrl-C reaches the benchmark it is running."""
     search = _Search(evaluator, workers, proposals, report, overlap)
     scouts = [(w, s) for w in workers for s in w.scout_slots] if overlap and proposals.ahead_limit else []
-    scouting = [threading.Thread(target=search.ahead, args=(w, s), name=f"compile-ahead-{i}", daemon=True)
-                for i, (w, s) in enumerate(scouts)]
+    jobs = scout_jobs(evaluator.jobs, len(scouts))
+    scouting = [threading.Thread(target=search.ahead, args=(w, s, jobs), name=f"compile-ahead-{i}",
+                                 daemon=True) for i, (w, s) in enumerate(scouts)]
     for thread in scouting:
         thread.start()
     with ThreadPoolExecutor(max(1, len(workers) - 1), thread_name_prefix="worker") as others:
@@ -305,6 +307,15 @@ def run_search(evaluator: Evaluator, workers: Sequence[Worker], proposals: Propo
     for error in errors:
         if error is not None:
             raise error
+
+
+def scout_jobs(jobs: int | None, trees: int) -> int | None:
+    """Ninja's parallelism in each tree that compiles ahead, given a candidate tree's (`jobs`):
+    the trees share one candidate tree's cores, so a target of many sources compiles ahead on no
+    more cores than one tree took, and one of a single source in `trees` builds at once."""
+    if trees <= 1:
+        return jobs
+    return max(1, (jobs or os.cpu_count() or 1) // trees)
 
 
 class _Search:
@@ -384,7 +395,7 @@ class _Search:
             self.report.outcome(name, outcome, proposal.phase)
         return built.compiled.slot
 
-    def ahead(self, worker: Worker, slot: int) -> None:
+    def ahead(self, worker: Worker, slot: int, jobs: int | None) -> None:
         """Compile what the strategy names next in one of the worker's scout trees, until the
         search ends."""
         proposals, config = self.proposals, None
@@ -395,7 +406,7 @@ class _Search:
                     continue
                 flags = self.space.flags(config)
                 proposals.compiled_ahead(config, self.evaluator.scout(config, flags, self.strategy.name,
-                                                                      worker, slot))
+                                                                      worker, slot, jobs))
                 config = None
         except Exception as exc:  # advisory: the search goes on without this tree
             if config is not None:
