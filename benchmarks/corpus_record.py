@@ -60,7 +60,7 @@ from benchmarks.search_replay import load_table
 from compileiq_build.build import codeinfo
 from compileiq_build.build.space import DEFAULT, Config, Dimension, config_key, dimensions_for
 from compileiq_build.decide.stats import ratio_estimate
-from compileiq_build.machine.environment import find_tool
+from compileiq_build.machine.environment import Gpu, detect_gpus, find_tool, tool_version
 
 SHIM_SOURCE = Path(__file__).parent / "corpus" / "swap.cpp"
 # Options that act in cicc (they change the PTX): one PTX per combination of them.
@@ -738,10 +738,21 @@ def table_program(prog: Program, out: Path, dims: Sequence[Dimension], builds: S
             "failed_launches": t.failed, "samples": args.samples, "seed": args.seed,
             "min_ratio": min((est.ratio for est in t.variants.values()), default=math.nan),
             "manifest": {k: e.get(k) for k in ("launches", "expect_seconds", "symbols")},
+            "gpu": args.gpu, "driver": args.driver, "nvcc": args.nvcc,
         }
         (out / f"{stem}.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
         written.append(stem)
     return written
+
+
+def recording_gpu(gpus: Sequence[Gpu], visible: str) -> Gpu | None:
+    """The GPU the programs run on: the first of CUDA_VISIBLE_DEVICES (`visible`, an index or a
+    UUID) where set, else device 0.  Each table names it: only tables of one card type are
+    comparable, and the corpus holds tables of two (H200 and H100)."""
+    first = visible.split(",")[0].strip()
+    if not first:
+        return gpus[0] if gpus else None
+    return next((g for g in gpus if first in (str(g.index), g.uuid)), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -769,6 +780,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     deadline = time.monotonic() + args.stop_after if args.stop_after > 0 else math.inf
     args.out = args.out.resolve()  # the tools run in the programs' folders
+    gpu = recording_gpu(detect_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    args.gpu, args.driver = (gpu.name, gpu.driver) if gpu else ("", "")
+    args.nvcc = tool_version(find_nvcc())
     programs = load_manifest(args.manifest)
     if args.programs:
         wanted = set(args.programs.split(","))
@@ -779,7 +793,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     log = Log(args.out / "record.log")
     lib = build_shim(args.out)
-    log(f"recording {len(programs)} programs from {args.manifest} into {args.out} (shim {lib})")
+    log(f"recording {len(programs)} programs from {args.manifest} into {args.out} (shim {lib}) on "
+        f"{args.gpu or 'no GPU found'} (driver {args.driver or '-'}), {args.nvcc}")
     todo = [q for q in programs if args.redo or not (args.out / "work" / q.name / "done.json").is_file()]
     for q in programs:
         if q not in todo:

@@ -18,7 +18,7 @@ from benchmarks.search_replay import load_table
 from compileiq_build.build import codeinfo
 from compileiq_build.build.codeinfo import read_code, resource_report
 from compileiq_build.build.space import DEFAULT, config_key
-from compileiq_build.machine.environment import find_tool
+from compileiq_build.machine.environment import Gpu, find_tool
 
 # `light` needs few registers (a cap of 32 leaves its code alone); `hungry` keeps 64 values live,
 # so a cap of 32 registers changes its code.
@@ -156,6 +156,37 @@ def test_the_table_holds_what_the_shim_rows_say(compiled: list[cr.Build], tmp_pa
     assert table.spreads[table.baseline] is None
     assert table.codes[by_regcap["32"]] == compiled[2].kernels[HUNGRY][:16]
     assert table.features[by_regcap["32"]]["all:registers"] <= 32
+
+
+def test_each_table_names_the_card_driver_and_nvcc_it_was_recorded_with(
+        compiled: list[cr.Build], tmp_path: Path) -> None:
+    variant_of, measured_as = cr.assign_variants(compiled)
+    shim = tmp_path / "shim.csv"
+    with shim.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kernel", "round", "variant", "ms"])
+        for r in range(10):
+            for v in dict.fromkeys(variant_of.values()):
+                w.writerow([HUNGRY, r, v, 0.5 + 0.01 * r])
+    prog = cr.Program({"project": "P", "program": "two", "dir": ".", "sources": ["two.cu"],
+                       "kernel_source": "two.cu", "run": "./prog"}, tmp_path)
+    args = argparse.Namespace(arch="sm_90", samples=0, seed=0, gpu="NVIDIA H100 80GB HBM3",
+                              driver="580.159.04", nvcc="Build cuda_13.0.r13.0/compiler.36424714_0")
+    [stem] = cr.table_program(prog, tmp_path, cr.dimensions(), compiled, variant_of, measured_as, shim, args,
+                              lambda _: None)
+    meta = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert (meta["gpu"], meta["driver"], meta["nvcc"]) == (args.gpu, args.driver, args.nvcc)
+
+
+def test_the_recording_gpu_is_the_first_visible_one() -> None:
+    def gpu(index: int, name: str) -> Gpu:
+        return Gpu(index, name, f"GPU-{index}", "580.159.04", "9.0", "", "", "", "")
+    gpus = [gpu(0, "NVIDIA H200"), gpu(1, "NVIDIA H100 80GB HBM3")]
+    assert cr.recording_gpu(gpus, "") == gpus[0]
+    assert cr.recording_gpu(gpus, "1,0") == gpus[1]
+    assert cr.recording_gpu(gpus, "GPU-1") == gpus[1]
+    assert cr.recording_gpu(gpus, "7") is None
+    assert cr.recording_gpu([], "") is None
 
 
 def test_the_shim_builds_and_exports_the_runtime_entry_points(tmp_path: Path) -> None:
