@@ -202,7 +202,7 @@ class Campaign:
     def tune(self, group: str, seconds: float) -> None:
         no_profile = [] if self.state["profiled"].get(group) == "done" else ["--no-profile"]
         rc, text = self.tool("tune", str(self.build), "--targets", f"ggml-cuda:{group}",
-                             "--budget", str(self.args.budget), "--jobs", "1", "--compile-ahead", "0",
+                             "--budget", str(self.args.budget),
                              "--time-limit", f"{int(seconds)}s", "--output", str(self.out / TOOLCHAIN),
                              *no_profile, timeout=seconds + 600)
         if any(m["group"] == group for m in SEARCH_ENDED.finditer(text)) and rc == 0:
