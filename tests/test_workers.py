@@ -73,6 +73,25 @@ def test_two_workers_share_the_search_without_repeats(cxx_project, configure, ov
     store.close()
 
 
+def test_the_baseline_builds_on_every_core_and_candidates_on_their_trees_share(cxx_project, configure,
+                                                                               monkeypatch):
+    # The baseline's first build is the whole project, alone: live, ggml's took 615 s at a
+    # candidate tree's -j4 of 16 cores, against 240 s at Ninja's own parallelism.
+    jobs: dict[str, list[int | None]] = {}
+    build = BuildTree.build
+
+    def recorded(tree, ninja_targets, timeout, **kwargs):
+        jobs.setdefault(tree.path.name, []).append(kwargs.get("jobs"))
+        return build(tree, ninja_targets, timeout, **kwargs)
+
+    monkeypatch.setattr(BuildTree, "build", recorded)
+    evaluator, store = cxx_evaluator(cxx_project, configure, [2])  # candidate trees at -j1
+    evaluator.build({"CXX": ("-O1",)}, evaluator.workers[0], 0)
+    assert jobs["baseline"] == [None]
+    assert jobs["w0-0"] == [1]
+    store.close()
+
+
 def test_the_budget_counts_candidates_in_flight(cxx_project, configure):
     evaluator, store = cxx_evaluator(cxx_project, configure, [2, 2])
     proposals = Proposals(RandomSearch(3), SPACE, lambda: history(evaluator), budget=3)

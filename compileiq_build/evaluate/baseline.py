@@ -53,7 +53,7 @@ class Baseline:
 
 
 def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: Sequence[Worker],
-                     ninja_targets: list[str], jobs: int | None, hot_kernels: Collection[str],
+                     ninja_targets: list[str], hot_kernels: Collection[str],
                      notes: Notes) -> tuple[Baseline, list[Benchmark]]:
     """Build every worker's baseline; check that every benchmark passes, twice alike on each
     worker's device, with the project's flags; resolve FORMAT auto (the benchmarks returned);
@@ -62,7 +62,10 @@ def prepare_baseline(target: Target, benchmarks: Sequence[Benchmark], workers: S
     baseline = Baseline()
     seconds = [1.0]
     for worker in workers:  # local workers share one tree: the builds after the first are no-ops
-        built = worker.build(BASELINE_SLOT, target.name, None, ninja_targets, 3600, jobs, hot_kernels,
+        # Alone, before any candidate or scout tree builds: with Ninja's own parallelism, every
+        # core, not a candidate tree's share (ggml's full build took 615 s at -j4 on 16 cores,
+        # against 240 s at Ninja's default).
+        built = worker.build(BASELINE_SLOT, target.name, None, ninja_targets, 3600, None, hot_kernels,
                              BuildSteps(notes, f"{target.name}: the baseline"))
         if not built.result.ok:
             raise CompileIQError(f"the project does not build with its own flags:\n{built.result.log}")

@@ -92,8 +92,7 @@ class Evaluator:
     def prepare_baseline(self) -> None:
         """Build and check the baseline (baseline.py); the benchmarks become the resolved ones."""
         self.baseline, self.benchmarks = prepare_baseline(
-            self.target, self.benchmarks, self.workers, self.ninja_targets, self.jobs, self.hot_kernels,
-            self.report)
+            self.target, self.benchmarks, self.workers, self.ninja_targets, self.hot_kernels, self.report)
 
     def build(self, flags: Mapping[str, tuple[str, ...]], worker: Worker, slot: int) -> Built:
         """Compile a candidate in a worker's slot (safe in a thread: it touches no store)."""
