@@ -18,7 +18,7 @@ the relative half-width of the 95% sign-test interval of that median
 (compileiq_build.decide.stats).  DIR/work/<project>__<program>/
 keeps the build and run logs, the variants' cubins and the shim's rows (shim.csv).
 
-    python -m benchmarks.corpus_record MANIFEST --out DIR [--programs a,b] [--jobs N]
+    python -m benchmarks.corpus_record MANIFEST [MANIFEST...] --out DIR [--programs a,b] [--jobs N]
         [--samples 100] [--seed 0] [--arch sm_90] [--redo] [--rounds 30] [--min-rounds 10]
         [--kernel-seconds 2] [--kernel-max-seconds 30] [--rounds-per-call 0 (from launches)]
         [--stop-after SECONDS] [--densify TABLES_DIR]
@@ -520,12 +520,21 @@ class Program:
         return run if isinstance(run, str) else shlex.join(run)
 
 
-def load_manifest(path: Path) -> list[Program]:
-    data = json.loads(path.read_text())
-    entries = data.get("programs", data.get("entries")) if isinstance(data, dict) else data
-    if not isinstance(entries, list):
-        raise SystemExit(f"{path}: expected a list of programs (or {{\"programs\": [...]}})")
-    return [Program(e, path.parent.resolve()) for e in entries]
+def load_manifests(paths: Sequence[Path]) -> list[Program]:
+    """The programs of every manifest, each with its own manifest's folder as its root; a
+    program named twice (project and program) is an error."""
+    programs: list[Program] = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        entries = data.get("programs", data.get("entries")) if isinstance(data, dict) else data
+        if not isinstance(entries, list):
+            raise SystemExit(f"{path}: expected a list of programs (or {{\"programs\": [...]}})")
+        programs += [Program(e, path.parent.resolve()) for e in entries]
+    names = [q.name for q in programs]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise SystemExit(f"{', '.join(twice)}: named twice in {', '.join(map(str, paths))}; their tables "
+                         "would overwrite each other: rename one (its entry's \"program\")")
+    return programs
 
 
 class Log:
@@ -757,7 +766,7 @@ def recording_gpu(gpus: Sequence[Gpu], visible: str) -> Gpu | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("manifest", type=Path)
+    p.add_argument("manifest", type=Path, nargs="+", help="one or more manifests")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--programs", default="", help="comma-separated program (or project/program) names")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -783,18 +792,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu = recording_gpu(detect_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     args.gpu, args.driver = (gpu.name, gpu.driver) if gpu else ("", "")
     args.nvcc = tool_version(find_nvcc())
-    programs = load_manifest(args.manifest)
+    programs = load_manifests(args.manifest)
     if args.programs:
         wanted = set(args.programs.split(","))
         programs = [q for q in programs if {q.entry.get("program"), q.name,
                                              f"{q.entry.get('project')}/{q.entry.get('program')}"} & wanted]
         if not programs:
-            raise SystemExit(f"no program of {args.manifest} is named {args.programs}")
+            raise SystemExit(f"no program of {', '.join(map(str, args.manifest))} is named {args.programs}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = Log(args.out / "record.log")
     lib = build_shim(args.out)
-    log(f"recording {len(programs)} programs from {args.manifest} into {args.out} (shim {lib}) on "
-        f"{args.gpu or 'no GPU found'} (driver {args.driver or '-'}), {args.nvcc}")
+    log(f"recording {len(programs)} programs from {', '.join(map(str, args.manifest))} into {args.out} "
+        f"(shim {lib}) on {args.gpu or 'no GPU found'} (driver {args.driver or '-'}), {args.nvcc}")
     todo = [q for q in programs if args.redo or not (args.out / "work" / q.name / "done.json").is_file()]
     for q in programs:
         if q not in todo:

@@ -357,7 +357,7 @@ def sources_for(path: Path, sources: Path | None) -> tuple[corpus_record.Program
     if sources is None:
         return None
     meta = json.loads(path.with_suffix(".json").read_text())
-    programs = {p.name: p for p in corpus_record.load_manifest(sources / "manifest.json")}
+    programs = {p.name: p for p in corpus_record.load_manifests([sources / "manifest.json"])}
     program = programs.get(f"{meta['project']}__{meta['program']}")
     return (program, meta) if program is not None else None
 

@@ -178,6 +178,19 @@ def test_each_table_names_the_card_driver_and_nvcc_it_was_recorded_with(
     assert (meta["gpu"], meta["driver"], meta["nvcc"]) == (args.gpu, args.driver, args.nvcc)
 
 
+def test_several_manifests_each_root_their_programs_and_a_name_twice_is_refused(tmp_path: Path) -> None:
+    entry = {"project": "P", "dir": "src", "sources": ["k.cu"], "kernel_source": "k.cu", "run": "./prog"}
+    for name, program in (("a", "one"), ("b", "two")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.json").write_text(json.dumps([{**entry, "program": program}]))
+    programs = cr.load_manifests([tmp_path / "a" / "m.json", tmp_path / "b" / "m.json"])
+    assert [(q.name, q.dir) for q in programs] == [("P__one", tmp_path / "a" / "src"),
+                                                   ("P__two", tmp_path / "b" / "src")]
+    (tmp_path / "b" / "m.json").write_text(json.dumps([{**entry, "program": "one"}]))
+    with pytest.raises(SystemExit, match="P__one: named twice"):
+        cr.load_manifests([tmp_path / "a" / "m.json", tmp_path / "b" / "m.json"])
+
+
 def test_the_recording_gpu_is_the_first_visible_one() -> None:
     def gpu(index: int, name: str) -> Gpu:
         return Gpu(index, name, f"GPU-{index}", "580.159.04", "9.0", "", "", "", "")
