@@ -356,6 +356,10 @@ def test_the_local_step_first_takes_an_option_of_the_best_away():
     assert second.phase == "local" and second.config != first.config
     gone = changed_options(SPACE.full_config(second.config), best)
     assert len(gone) == 1 and second.config[gone[0]] == DEFAULT
+    # Two of the best's own code tell nothing and cost a compile each: the model's turn (on lud's
+    # compiled perimeter kernel ten in a row ended the search before the register step).
+    again = Trial(second.config, 0.97, True, code=code(best), phase="local")
+    assert propose([*history, twin, again]).phase != "local"
 
 
 def test_a_local_step_in_flight_for_the_previous_best_leaves_the_new_best_unrefined():

@@ -19,7 +19,9 @@
   the nearest known one of its code; without compile-time features these counts are all it has.
   The last fraction of a percent lies in small variants of the best code, which the model cannot
   resolve from a few measurements of other codes, and combining carries options along that the
-  best does not need (the replays that showed both: benchmarks/results/search/README.md).
+  best does not need (the replays that showed both: benchmarks/results/search/README.md).  A
+  proposal that compiled to the best's own code does not count, up to LOCAL_REPEATS of them:
+  each is a compile that tells nothing.
 - register: the best with a partner that moves the register count too, and the best or a move
   that helped with a value that makes a register count neither gives (`register_choice`).
 """
@@ -170,6 +172,9 @@ def register_choice(context: Context, incumbent: Config, noise: float) -> tuple[
     return None
 
 
+LOCAL_REPEATS = 2  # local proposals of the incumbent's own code, at most, before the model's turn
+
+
 def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], mean: np.ndarray,
                spilling: np.ndarray) -> int | None:
     """The untried configuration (an index into `pool`) whose code is nearest to the incumbent's,
@@ -188,8 +193,12 @@ def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], me
     since = next((i for i, k in enumerate(configs) if k == key), len(configs))
     own = context.history[since].code if since < len(configs) else ""
     later = context.history[since + 1:]
-    if not pool or any(t.phase == "local" and t.parent in ("", key) and not (own and t.code == own)
-                       for t in later):
+    mine = [t for t in later if t.phase == "local" and t.parent in ("", key)]
+    # Done once one is in flight or compiled to another code; and after LOCAL_REPEATS of the
+    # incumbent's own code, which cost a compile each and tell nothing: on lud's compiled
+    # perimeter kernel ten in a row ended the search (the free streak) before the register step.
+    if (not pool or any(not (own and t.code == own) for t in mine)
+            or sum(bool(own) and t.code == own for t in mine) >= LOCAL_REPEATS):
         return None
     z = standardized_features(context, [incumbent, *pool])
     # No feature known (a table without them): no distance, rather than 0 for every pair.
