@@ -19,9 +19,7 @@
   the nearest known one of its code; without compile-time features these counts are all it has.
   The last fraction of a percent lies in small variants of the best code, which the model cannot
   resolve from a few measurements of other codes, and combining carries options along that the
-  best does not need (the replays that showed both: benchmarks/results/search/README.md).  A
-  proposal that compiled to the best's own code does not count, up to LOCAL_REPEATS of them:
-  each is a compile that tells nothing.
+  best does not need (the replays that showed both: benchmarks/results/search/README.md).
 - register: the best with a partner that moves the register count too, and the best or a move
   that helped with a value that makes a register count neither gives (`register_choice`).
 """
