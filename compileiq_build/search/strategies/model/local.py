@@ -195,8 +195,7 @@ def local_choice(context: Context, incumbent: Config, pool: Sequence[Config], me
     # Done once one is in flight or compiled to another code; and after LOCAL_REPEATS of the
     # incumbent's own code, which cost a compile each and tell nothing: on lud's compiled
     # perimeter kernel ten in a row ended the search (the free streak) before the register step.
-    if (not pool or any(not (own and t.code == own) for t in mine)
-            or sum(bool(own) and t.code == own for t in mine) >= LOCAL_REPEATS):
+    if not pool or any(not (own and t.code == own) for t in mine) or len(mine) >= LOCAL_REPEATS:
         return None
     z = standardized_features(context, [incumbent, *pool])
     # No feature known (a table without them): no distance, rather than 0 for every pair.
